@@ -10,26 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-class SlimLinear(nn.Module):
-    """``nn.Linear`` (xavier-uniform, zero bias) plus an optional ReLU, stored as ``_model``.
-
-    Mirrors the key layout of RLlib's SlimFC (``_model.0.weight``) so weights load as-is.
-    """
-
-    def __init__(self, in_size: int, out_size: int, bias: bool = True, relu: bool = False) -> None:
-        super().__init__()
-        linear = nn.Linear(in_size, out_size, bias=bias)
-        nn.init.xavier_uniform_(linear.weight)
-        if bias:
-            nn.init.zeros_(linear.bias)
-        layers: list[nn.Module] = [linear]
-        if relu:
-            layers.append(nn.ReLU())
-        self._model = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._model(x)
+from models.networks.common import SlimFC
 
 
 def sinusoid_inverse_freq(dim: int) -> torch.Tensor:
@@ -85,11 +66,11 @@ class RelativeMultiHeadAttention(nn.Module):
         self._num_heads = num_heads
         self._head_dim = head_dim
         inner = num_heads * head_dim
-        self._qkv_layer = SlimLinear(dim, 3 * inner, bias=False)
-        self._linear_layer = SlimLinear(inner, dim, bias=False, relu=True)
+        self._qkv_layer = SlimFC(dim, 3 * inner, use_bias=False)
+        self._linear_layer = SlimFC(inner, dim, use_bias=False, activation="relu")
         self._uvar = nn.Parameter(nn.init.xavier_uniform_(torch.empty(num_heads, head_dim)))
         self._vvar = nn.Parameter(nn.init.xavier_uniform_(torch.empty(num_heads, head_dim)))
-        self._pos_proj = SlimLinear(dim, inner, bias=False)
+        self._pos_proj = SlimFC(dim, inner, use_bias=False)
         self._rel_pos_embedding = RelativePositionEmbedding(dim)
         self._input_layernorm = nn.LayerNorm(dim)
 
@@ -140,8 +121,8 @@ class PositionwiseMLP(nn.Sequential):
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__(
             nn.LayerNorm(dim),
-            SlimLinear(dim, hidden, bias=False, relu=True),
-            SlimLinear(hidden, dim, bias=False, relu=True),
+            SlimFC(dim, hidden, use_bias=False, activation="relu"),
+            SlimFC(hidden, dim, use_bias=False, activation="relu"),
         )
 
 

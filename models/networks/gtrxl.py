@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from models.interface import ModelSignature, PrevSpec, StateSpec
-from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip, SlimLinear
+from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
+from models.networks.common import SlimFC
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
 
 
@@ -37,7 +38,7 @@ class GTrXLCore(nn.Module):
         gate_bias: float,
     ) -> None:
         super().__init__()
-        self.linear_layer = SlimLinear(in_size, dim)
+        self.linear_layer = SlimFC(in_size, dim)
         layers: list[nn.Module] = []
         for _ in range(num_units):
             layers.append(GatedAttentionSkip(dim, num_heads, head_dim, gate_bias))
@@ -111,8 +112,8 @@ class AttentionWrapper(nn.Module):
             _positive(cfg, "attention_position_wise_mlp_dim"),
             float(cfg["attention_init_gru_gate_bias"]),
         )
-        self._logits_branch = SlimLinear(self.dim, self.num_outputs)
-        self._value_branch = SlimLinear(self.dim, 1)
+        self._logits_branch = SlimFC(self.dim, self.num_outputs)
+        self._value_branch = SlimFC(self.dim, 1)
 
     def signature(self) -> ModelSignature:
         width = self.action_encoder.in_width if self.action_encoder is not None else 0

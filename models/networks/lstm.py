@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from models.interface import ModelSignature, PrevSpec, StateSpec
-from models.networks.attention_modules import SlimLinear
+from models.networks.common import SlimFC
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
 
 
@@ -60,8 +60,8 @@ class LSTMWrapper(nn.Module):
             in_size += self.action_encoder.out_width
         # Default torch init: RLlib ignores lstm_*_initializer for the wrapper's LSTM.
         self.lstm = nn.LSTM(in_size, self.cell_size, batch_first=True)
-        self._logits_branch = SlimLinear(self.cell_size, self.num_outputs)
-        self._value_branch = SlimLinear(self.cell_size, 1)
+        self._logits_branch = SlimFC(self.cell_size, self.num_outputs)
+        self._value_branch = SlimFC(self.cell_size, 1)
 
     def signature(self) -> ModelSignature:
         width = self.action_encoder.in_width if self.action_encoder is not None else 0

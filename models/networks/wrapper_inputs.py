@@ -140,6 +140,11 @@ def shadow_base_value_head(base: nn.Module) -> None:
 
 
 def base_features(base: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-    """The wrapped model's output (built with num_outputs=None): ``(B, base.num_outputs)``."""
-    out, _value = base(obs)
+    """The wrapped model's output (built with num_outputs=None): ``(B, base.num_outputs)``.
+
+    Prefers ``forward_out`` (output only) when the base offers it: the wrapper has its own
+    value head, so the base's value computation would be dead work.
+    """
+    forward_out = getattr(base, "forward_out", None)
+    out = forward_out(obs) if callable(forward_out) else base(obs)[0]
     return out.to(torch.float32)
