@@ -1,0 +1,419 @@
+"""Self-describing policy bundles: manifest, checksums, load and verification (torch-free).
+
+A bundle is a flat directory (or a ``*.rlsb`` archive of one, see ``archive.py``)::
+
+    manifest.json    what the policy is: spaces, model config, action distribution,
+                     preprocessor, frozen filter, model signature, runtime files, versions,
+                     sha256 of every other file, and ``manifest_sha256`` over its own body
+    model.onnx       ONNX graph (inputs/outputs named as in the signature, dynamic batch)
+    model.ts         TorchScript module (same positional contract)
+    reference.npz    reference inputs and the eager model's outputs for them
+
+Loading never unpickles: JSON for the manifest, ``np.load(allow_pickle=False)`` for the
+reference, and the runtime files are only checksummed here (a runtime loads them later).
+The server calls ``verify_reference`` with its own runtime before it serves a bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.export.archive import check_plain_name, pack_bundle, unpack_bundle
+from models.export.errors import BundleError
+from models.interface import ModelSignature
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "Bundle",
+    "BundleError",
+    "Manifest",
+    "load_bundle",
+    "manifest_digest",
+    "pack_bundle",
+    "sha256_file",
+    "unpack_bundle",
+    "verify_reference",
+    "write_manifest",
+]
+
+FORMAT = "rlserve-bundle"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "format_version": int,
+    "name": str,
+    "version": str,
+    "created_at": str,
+    "observation_space": dict,
+    "action_space": dict,
+    "model_config": dict,
+    "action_dist": dict,
+    "num_outputs": int,
+    "preprocessor": dict,
+    "signature": dict,
+    "runtimes": dict,
+    "reference": dict,
+    "explore": bool,
+    "files": dict,
+    "manifest_sha256": str,
+}
+
+
+# --------------------------------------------------------------------------- checksums
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def manifest_digest(data: Mapping[str, Any]) -> str:
+    """sha256 of the manifest body in canonical JSON, ``manifest_sha256`` itself excluded.
+
+    Canonical = sorted keys, no whitespace, ASCII; so re-indenting the file keeps the
+    digest, while changing any value breaks it.
+    """
+    body = {k: v for k, v in data.items() if k != "manifest_sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def write_manifest(bundle_dir: str | os.PathLike[str], data: Mapping[str, Any], files: list[str]) -> dict[str, Any]:
+    """Checksum ``files`` (plain names inside ``bundle_dir``) and write ``manifest.json``.
+
+    Returns the manifest as written, with ``files`` and ``manifest_sha256`` filled in.
+    """
+    root = Path(bundle_dir)
+    manifest = dict(data)
+    manifest["files"] = {
+        check_plain_name(name): {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size}
+        for name in sorted(files)
+    }
+    manifest["manifest_sha256"] = manifest_digest(manifest)
+    text = json.dumps(manifest, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    (root / MANIFEST_NAME).write_text(text, encoding="utf-8")
+    return manifest
+
+
+# --------------------------------------------------------------------------- manifest
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """One runtime file: ``kind`` is 'onnx' or 'torchscript'; ``info`` its versions/options."""
+
+    kind: str
+    file: str
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Typed read access to ``manifest.json``; ``data`` is the JSON object as loaded."""
+
+    data: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def version(self) -> str:
+        return self.data["version"]
+
+    @property
+    def format_version(self) -> int:
+        return self.data["format_version"]
+
+    @property
+    def created_at(self) -> str:
+        return self.data["created_at"]
+
+    @property
+    def observation_space(self):  # -> gymnasium.Space
+        from models.spaces import space_from_json
+
+        return space_from_json(self.data["observation_space"])
+
+    @property
+    def action_space(self):  # -> gymnasium.Space
+        from models.spaces import space_from_json
+
+        return space_from_json(self.data["action_space"])
+
+    @property
+    def model_config(self) -> dict[str, Any]:
+        return self.data["model_config"]
+
+    @property
+    def action_dist(self) -> dict[str, Any]:
+        """The action distribution spec JSON (``ActionDistSpec.from_json`` reads it)."""
+        return self.data["action_dist"]
+
+    @property
+    def num_outputs(self) -> int:
+        return self.data["num_outputs"]
+
+    @property
+    def preprocessor(self) -> dict[str, Any]:
+        return self.data["preprocessor"]
+
+    @property
+    def filter(self) -> dict[str, Any] | None:
+        """Frozen observation-filter state JSON, or ``None`` when no filter is applied."""
+        return self.data.get("filter")
+
+    @property
+    def signature(self) -> ModelSignature:
+        return ModelSignature.from_json(self.data["signature"])
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.data["signature"]["input_names"])
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.data["signature"]["output_names"])
+
+    @property
+    def explore(self) -> bool:
+        return self.data["explore"]
+
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        return self.data["files"]
+
+    @property
+    def runtimes(self) -> dict[str, RuntimeInfo]:
+        return {k: RuntimeInfo(k, v["file"], v) for k, v in self.data["runtimes"].items()}
+
+    @property
+    def reference(self) -> dict[str, Any]:
+        return self.data["reference"]
+
+
+@dataclass
+class Bundle:
+    """A loaded (and, unless asked otherwise, checksum-verified) bundle directory."""
+
+    root: Path
+    manifest: Manifest
+    # Keeps the extraction directory of an archive alive as long as the bundle.
+    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    def path(self, name: str) -> Path:
+        if name not in self.manifest.files:
+            raise BundleError(f"{name!r} is not a file of this bundle; it has {sorted(self.manifest.files)}")
+        return self.root / name
+
+    def runtime_path(self, kind: str) -> Path:
+        """Path of the runtime file for ``kind`` ('onnx' or 'torchscript')."""
+        runtimes = self.manifest.runtimes
+        if kind not in runtimes:
+            raise BundleError(f"bundle {self.manifest.name!r} has no {kind!r} runtime; it has {sorted(runtimes)}")
+        return self.path(runtimes[kind].file)
+
+    def reference(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(inputs, expected outputs) keyed by the signature's input/output names."""
+        path = self.path(self.manifest.reference["file"])
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"{path}: unreadable reference file: {exc}") from exc
+        inputs = _strip(arrays, "inputs/")
+        outputs = _strip(arrays, "outputs/")
+        _expect_names("reference inputs", inputs, self.manifest.input_names)
+        _expect_names("reference outputs", outputs, self.manifest.output_names)
+        return inputs, outputs
+
+
+def _strip(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+def _expect_names(what: str, got: Mapping[str, Any], expected: list[str]) -> None:
+    if sorted(got) != sorted(expected):
+        raise BundleError(f"{what}: expected {expected}, found {sorted(got)}")
+
+
+# --------------------------------------------------------------------------- loading
+
+def load_bundle(path_or_archive: str | os.PathLike[str], *, verify_checksums: bool = True) -> Bundle:
+    """Load a bundle directory or ``*.rlsb`` archive; raises ``BundleError`` when unusable.
+
+    An archive is unpacked (safely) into a temporary directory owned by the ``Bundle``.
+    With ``verify_checksums`` the manifest digest and every file's sha256 are checked.
+    """
+    path = Path(path_or_archive)
+    if path.is_dir():
+        return _load_dir(path, verify_checksums, tmp=None)
+    if not path.exists():
+        raise BundleError(f"bundle {str(path)!r} does not exist")
+    tmp = tempfile.TemporaryDirectory(prefix="rlsb-")
+    try:
+        unpack_bundle(path, tmp.name)
+        return _load_dir(Path(tmp.name), verify_checksums, tmp=tmp)
+    except BaseException:
+        tmp.cleanup()
+        raise
+
+
+def _load_dir(root: Path, verify: bool, tmp: tempfile.TemporaryDirectory | None) -> Bundle:
+    data = _read_manifest(root)
+    _check_structure(data, root)
+    if verify:
+        _check_digests(data, root)
+    return Bundle(root=root, manifest=Manifest(data), _tmp=tmp)
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    path = root / MANIFEST_NAME
+    if not path.is_file() or path.is_symlink():
+        raise BundleError(f"{root}: no {MANIFEST_NAME} (is this a bundle directory?)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise BundleError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BundleError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _check_structure(data: dict[str, Any], root: Path) -> None:
+    where = root / MANIFEST_NAME
+    if data.get("format") != FORMAT:
+        raise BundleError(f"{where}: 'format' is {data.get('format')!r}, expected {FORMAT!r}")
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise BundleError(
+            f"{where}: format_version {version!r} is not supported (this rlserve reads 1..{FORMAT_VERSION})"
+        )
+    for key, typ in _REQUIRED.items():
+        if key not in data:
+            raise BundleError(f"{where}: missing required field {key!r}")
+        if not isinstance(data[key], typ) or (typ is int and isinstance(data[key], bool)):
+            raise BundleError(f"{where}: field {key!r} should be {_type_name(typ)}, got {type(data[key]).__name__}")
+    for name in data["files"]:
+        check_plain_name(name, f"{where}: listed file")
+    _check_signature(data, where)
+    _check_file_refs(data, where)
+
+
+def _type_name(typ: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
+
+
+def _check_signature(data: dict[str, Any], where: Path) -> None:
+    try:
+        sig = ModelSignature.from_json(data["signature"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"{where}: invalid signature: {exc!r}") from exc
+    for key, expected in (("input_names", sig.input_names), ("output_names", sig.output_names)):
+        if data["signature"].get(key) != expected:
+            raise BundleError(
+                f"{where}: signature.{key} is {data['signature'].get(key)!r}, but the state/prev layout implies {expected}"
+            )
+    if sig.num_outputs != data["num_outputs"]:
+        raise BundleError(f"{where}: signature.num_outputs {sig.num_outputs} != num_outputs {data['num_outputs']}")
+
+
+def _check_file_refs(data: dict[str, Any], where: Path) -> None:
+    refs = [(f"runtimes.{k}.file", v.get("file") if isinstance(v, dict) else None) for k, v in data["runtimes"].items()]
+    refs.append(("reference.file", data["reference"].get("file")))
+    if not data["runtimes"]:
+        raise BundleError(f"{where}: 'runtimes' is empty; a bundle needs at least one model file")
+    for what, name in refs:
+        if name not in data["files"]:
+            raise BundleError(f"{where}: {what} {name!r} is not among the checksummed files {sorted(data['files'])}")
+
+
+def _check_digests(data: dict[str, Any], root: Path) -> None:
+    where = root / MANIFEST_NAME
+    if manifest_digest(data) != data["manifest_sha256"]:
+        raise BundleError(f"{where}: manifest_sha256 does not match the manifest body; the manifest was modified")
+    for name, entry in data["files"].items():
+        path = root / name
+        if not path.is_file() or path.is_symlink():
+            raise BundleError(f"{root}: listed file {name!r} is missing (or not a regular file)")
+        expected = entry.get("sha256") if isinstance(entry, dict) else None
+        actual = sha256_file(path)
+        if actual != expected:
+            raise BundleError(f"{path}: sha256 {actual} does not match the manifest's {expected}; the file was modified")
+
+
+# --------------------------------------------------------------------------- reference check
+
+def verify_reference(
+    bundle: Bundle,
+    run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> dict[str, float]:
+    """Run the reference inputs through ``run`` and compare with the stored outputs.
+
+    ``run`` maps input name -> array to output name -> array (any runtime). ``rtol`` and
+    ``atol`` default to the tolerances the exporter verified with. Returns the max absolute
+    difference per output; raises ``BundleError`` naming the first output that disagrees.
+    """
+    ref = bundle.manifest.reference
+    rtol = float(ref.get("rtol", 1e-4)) if rtol is None else rtol
+    atol = float(ref.get("atol", 1e-5)) if atol is None else atol
+    inputs, expected = bundle.reference()
+    actual = run(dict(inputs))
+    return compare_outputs(actual, expected, rtol, atol, what=f"bundle {bundle.manifest.name!r}")
+
+
+def compare_outputs(
+    actual: Mapping[str, Any], expected: Mapping[str, np.ndarray], rtol: float, atol: float, what: str
+) -> dict[str, float]:
+    """Elementwise ``|a - e| <= atol + rtol * |e|`` per output (NaN must match NaN)."""
+    diffs: dict[str, float] = {}
+    for name, exp in expected.items():
+        if name not in actual:
+            raise BundleError(f"{what}: runtime returned no output {name!r} (got {sorted(actual)})")
+        act = np.asarray(actual[name])
+        if act.shape != exp.shape:
+            raise BundleError(f"{what}: output {name!r} has shape {act.shape}, reference {exp.shape}")
+        diffs[name] = _check_close(name, act, exp, rtol, atol, what)
+    return diffs
+
+
+def _check_close(name: str, act: np.ndarray, exp: np.ndarray, rtol: float, atol: float, what: str) -> float:
+    a, e = act.astype(np.float64), exp.astype(np.float64)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    if not np.array_equal(nan_a, nan_e):
+        raise BundleError(f"{what}: output {name!r} has NaN where the reference has none (or vice versa)")
+    with np.errstate(invalid="ignore", over="ignore"):
+        # Equal infinities (and equal huge masked logits) differ by 0, not inf - inf.
+        diff = np.where(a == e, 0.0, np.abs(a - e))
+        diff = np.where(nan_a, 0.0, diff)
+        bad = diff > atol + rtol * np.abs(np.where(nan_e, 0.0, e))
+    max_diff = float(diff.max()) if diff.size else 0.0
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise BundleError(
+            f"{what}: output {name!r} disagrees with the reference: max |diff| {max_diff:.3g}, "
+            f"first at index {idx}: got {a[idx]!r}, expected {e[idx]!r} (rtol={rtol}, atol={atol})"
+        )
+    return max_diff if math.isfinite(max_diff) else float("inf")

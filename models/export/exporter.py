@@ -1,0 +1,251 @@
+"""Export a contract model to a verified bundle: ONNX + TorchScript + manifest + reference.
+
+    model ─► reference inputs (B=3) ─► eager outputs
+          ─► model.onnx (dynamo exporter) ─► ONNX Runtime at B=1, 3, 64 == eager?
+          ─► model.ts   (jit.trace)      ─► TorchScript at B=1, 3, 64 == eager?
+          ─► reference.npz + manifest.json (sha256 of everything) ─► load_bundle()
+
+A bundle whose runtimes disagree with the eager model is never written: the files are
+built in a staging directory beside ``out_dir`` and renamed into place only at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.export.bundle import (
+    FORMAT,
+    FORMAT_VERSION,
+    Bundle,
+    BundleError,
+    compare_outputs,
+    load_bundle,
+    write_manifest,
+)
+from models.export.describe import describe_action_dist, describe_preprocessor
+from models.export.onnx import export_onnx, onnx_runner
+from models.export.reference import make_reference_inputs
+from models.export.torchscript import export_torchscript, torchscript_runner
+from models.interface import ModelSignature
+from models.spaces import space_to_json
+
+FORMATS = ("onnx", "torchscript")
+_FILES = {"onnx": "model.onnx", "torchscript": "model.ts"}
+REFERENCE_FILE = "reference.npz"
+REFERENCE_BATCH = 3  # > 1: torch.export specialises batch sizes 0 and 1
+CHECK_BATCHES = (1, 64)  # extra batch sizes every runtime must get right
+# Export-time agreement with eager torch. Observed differences are ~1e-7 relative; these
+# leave room for other CPUs / thread counts when the server re-checks the reference.
+RTOL = 1e-4
+ATOL = 1e-5
+
+Progress = Callable[[str], None]
+
+
+def export_bundle(
+    model: torch.nn.Module,
+    *,
+    obs_space: Any,
+    action_space: Any,
+    model_config: Mapping[str, Any],
+    out_dir: str | Path,
+    formats: Sequence[str] = FORMATS,
+    filter_state: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    version: str | None = None,
+    reference_batch: Mapping[str, np.ndarray] | None = None,
+    progress: Progress | None = None,
+    explore: bool = True,
+    action_dist: Mapping[str, Any] | None = None,
+    preprocessor: Mapping[str, Any] | None = None,
+) -> Bundle:
+    """Export ``model`` (the uniform contract of ``models.interface``) to ``out_dir``.
+
+    ``reference_batch`` maps input name -> (B, ...) array (default: drawn from the spaces).
+    ``action_dist``/``preprocessor`` override the descriptions derived from the spaces and
+    config (for custom models whose dist is not the catalog's). ``out_dir`` must not exist
+    or be empty. Raises ``BundleError`` if a runtime disagrees with the eager model.
+    """
+    say = progress or (lambda _msg: None)
+    formats = _check_formats(formats)
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    model = model.eval()
+    signature = model.signature()
+    say("describing spaces, preprocessor and action distribution")
+    manifest = _manifest_body(
+        signature, obs_space, action_space, model_config, filter_state, name, version, explore,
+        action_dist or describe_action_dist(action_space, model_config),
+        preprocessor or describe_preprocessor(obs_space, model_config),
+    )
+    reference = dict(reference_batch) if reference_batch is not None else make_reference_inputs(
+        signature, obs_space, action_space, model_config, filter_state, REFERENCE_BATCH, seed=0
+    )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        _build(model, signature, formats, reference, stage, manifest, say,
+               checks=_check_batches(signature, obs_space, action_space, model_config, filter_state))
+        say("writing manifest")
+        write_manifest(stage, manifest, [*(_FILES[f] for f in formats), REFERENCE_FILE])
+        _move_into_place(stage, out_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return load_bundle(out_dir)
+
+
+def _check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    formats = tuple(dict.fromkeys(formats))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"formats: expected a non-empty subset of {list(FORMATS)}, got {list(formats)}")
+    return formats
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"out_dir {str(out_dir)!r} exists and is not an empty directory")
+
+
+def _move_into_place(stage: Path, out_dir: Path) -> None:
+    if out_dir.is_dir():
+        out_dir.rmdir()  # empty (checked before export); rename needs the name free
+    stage.rename(out_dir)
+
+
+def _manifest_body(
+    signature: ModelSignature, obs_space: Any, action_space: Any, model_config: Mapping[str, Any],
+    filter_state: Mapping[str, Any] | None, name: str | None, version: str | None, explore: bool,
+    action_dist: Mapping[str, Any], preprocessor: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": name or "policy",
+        "version": str(version) if version is not None else "1",
+        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "observation_space": space_to_json(obs_space),
+        "action_space": space_to_json(action_space),
+        "model_config": _jsonable(dict(model_config)),
+        "action_dist": _jsonable(dict(action_dist)),
+        "num_outputs": signature.num_outputs,
+        "preprocessor": _jsonable(dict(preprocessor)),
+        "filter": _jsonable(dict(filter_state)) if filter_state is not None else None,
+        "signature": {
+            **_jsonable(signature.to_json()),
+            "input_names": signature.input_names,
+            "output_names": signature.output_names,
+        },
+        "explore": bool(explore),
+        "producer": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__},
+        "runtimes": {},
+        "reference": {},
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples to lists, numpy scalars to Python, classes to dotted paths (custom_model)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic | np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise BundleError(f"cannot store {type(value).__name__} {value!r} in a JSON manifest")
+
+
+# --------------------------------------------------------------------------- build + verify
+
+def _build(
+    model: torch.nn.Module, signature: ModelSignature, formats: tuple[str, ...],
+    reference: dict[str, np.ndarray], stage: Path, manifest: dict[str, Any], say: Progress,
+    checks: list[dict[str, np.ndarray]],
+) -> None:
+    _check_reference_names(reference, signature)
+    say("running the eager model on the reference inputs")
+    expected = eager_outputs(model, signature, reference)
+    batches = [(reference, expected)] + [(c, eager_outputs(model, signature, c)) for c in checks]
+    example = _tensors(reference, signature)
+    worst: dict[str, float] = {}
+    for fmt in formats:
+        path = stage / _FILES[fmt]
+        say(f"exporting {fmt} ({path.name})")
+        if fmt == "onnx":
+            info = export_onnx(model, example, signature, path)
+            run = onnx_runner(path)
+        else:
+            info = export_torchscript(model, example, path)
+            run = torchscript_runner(path, signature.input_names, signature.output_names)
+        say(f"verifying {fmt} against eager torch at batch sizes {[len(b['obs']) for b, _ in batches]}")
+        worst[fmt] = _verify_runtime(fmt, run, batches)
+        manifest["runtimes"][fmt] = {"file": path.name, **info}
+    np.savez(stage / REFERENCE_FILE, **{f"inputs/{k}": v for k, v in reference.items()},
+             **{f"outputs/{k}": v for k, v in expected.items()})
+    manifest["reference"] = {
+        "file": REFERENCE_FILE, "batch_size": int(len(reference["obs"])), "rtol": RTOL, "atol": ATOL,
+        "max_abs_diff": worst, "checked_batch_sizes": sorted({len(b["obs"]) for b, _ in batches}),
+    }
+
+
+def _check_reference_names(reference: Mapping[str, np.ndarray], signature: ModelSignature) -> None:
+    if sorted(reference) != sorted(signature.input_names):
+        raise ValueError(f"reference_batch: expected inputs {signature.input_names}, got {sorted(reference)}")
+    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in reference.items()}
+    if len(set(sizes.values())) != 1 or sizes["obs"] in (None, 0, 1):
+        raise ValueError(f"reference_batch: every input needs the same batch size >= 2, got {sizes}")
+
+
+def _tensors(inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(np.ascontiguousarray(inputs[n], dtype=np.float32)) for n in signature.input_names)
+
+
+def eager_outputs(
+    model: torch.nn.Module, signature: ModelSignature, inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Run the eager model; check the output count and batch sizes against the signature."""
+    with torch.no_grad():
+        outs = model(*_tensors(inputs, signature))
+    outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+    if len(outs) != len(signature.output_names):
+        raise ValueError(f"model returned {len(outs)} outputs; its signature names {signature.output_names}")
+    result = {n: o.detach().numpy().astype(np.float32) for n, o in zip(signature.output_names, outs, strict=True)}
+    batch = len(inputs["obs"])
+    for n, arr in result.items():
+        if arr.ndim == 0 or arr.shape[0] != batch:
+            raise ValueError(f"model output {n!r} has shape {arr.shape}; expected a leading batch of {batch}")
+    return result
+
+
+def _verify_runtime(
+    fmt: str, run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
+    batches: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+) -> float:
+    worst = 0.0
+    for inputs, expected in batches:
+        what = f"{fmt} export at batch size {len(inputs['obs'])} vs eager torch"
+        diffs = compare_outputs(run(inputs), expected, RTOL, ATOL, what=what)
+        worst = max(worst, *diffs.values())
+    return worst
+
+
+def _check_batches(
+    signature: ModelSignature, obs_space: Any, action_space: Any, model_config: Mapping[str, Any],
+    filter_state: Mapping[str, Any] | None,
+) -> list[dict[str, np.ndarray]]:
+    return [
+        make_reference_inputs(signature, obs_space, action_space, model_config, filter_state, b, seed=b)
+        for b in CHECK_BATCHES
+    ]

@@ -1,0 +1,114 @@
+"""ONNX export of a contract model with torch.onnx's dynamo (torch.export-based) exporter.
+
+Why dynamo and not ``dynamo=False``: in torch 2.13 the TorchScript-based exporter is the
+deprecated path (it warns on every call) and the torch.export-based one is the default and
+the maintained one; it needs ``onnxscript``. It is slower (about a second per model, the
+legacy one a tenth of that) but exports at a fixed opset with a symbolic batch dimension
+shared by every input and output, which torch.export checks while tracing: a model that
+silently bakes the batch size into its graph fails at export time, not in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.interface import ModelSignature
+
+OPSET = 18  # LayerNorm needs >= 17; 18 is supported by every onnxruntime >= 1.14.
+EXPORTER = "torch.onnx.export(dynamo=True)"
+
+
+def export_onnx(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    signature: ModelSignature,
+    path: str | Path,
+) -> dict[str, Any]:
+    """Write ``model`` to ``path`` as one self-contained ONNX file; return its manifest info.
+
+    ``example_inputs`` must have a batch size > 1 (torch.export specialises sizes 0 and 1).
+    """
+    batch = torch.export.Dim("batch", min=1)
+    dynamic = tuple({0: batch} for _ in example_inputs)
+    with _quiet_exporter(), torch.no_grad():
+        program = torch.onnx.export(
+            model,
+            tuple(example_inputs),
+            input_names=signature.input_names,
+            output_names=signature.output_names,
+            opset_version=OPSET,
+            dynamo=True,
+            dynamic_shapes=dynamic,
+            optimize=True,
+            verbose=False,
+        )
+    # Weights inside the file: a bundle file must be self-contained for its checksum.
+    program.save(str(path), external_data=False)
+    _check_io_names(path, signature)
+    return {"opset": OPSET, "exporter": EXPORTER, **versions()}
+
+
+def versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+
+    return {
+        "torch_version": torch.__version__,
+        "onnx_version": onnx.__version__,
+        "onnxruntime_version": onnxruntime.__version__,
+    }
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporter logs optional-dependency notes (torchvision ops) on every call."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _check_io_names(path: str | Path, signature: ModelSignature) -> None:
+    """The server feeds inputs and reads outputs by name: they must be the signature's."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inputs = [i.name for i in graph.input]
+    outputs = [o.name for o in graph.output]
+    if inputs != signature.input_names or outputs != signature.output_names:
+        raise ValueError(
+            f"exported ONNX graph has inputs {inputs} and outputs {outputs}; the model "
+            f"signature needs {signature.input_names} -> {signature.output_names}"
+        )
+
+
+def onnx_runner(path: str | Path, threads: int = 1):
+    """A ``run(inputs) -> outputs`` callable over an ONNX Runtime CPU session."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = {i.name: np.ascontiguousarray(inputs[i.name], dtype=np.float32) for i in session.get_inputs()}
+        return dict(zip(names, session.run(names, feed), strict=True))
+
+    return run
