@@ -1,0 +1,51 @@
+"""Action distributions in numpy, RLlib 2.60's ``torch_action_dist`` behaviour (torch-free).
+
+Entry points: :func:`get_action_dist` (the catalog's choice, an :class:`ActionDistSpec`
+with ``num_outputs`` and ``build(inputs)``), :func:`apply_action_mask`, the action
+helpers in :mod:`.actions`, and :func:`register_action_dist` for custom classes.
+"""
+
+from .base import (
+    ActionDistribution,
+    ActionOutOfSupportError,
+    DistributionError,
+    UnsupportedMethodError,
+)
+from .beta import Beta
+from .catalog import ActionDistSpec, UnsupportedActionSpaceError, get_action_dist, resolve_dist_type
+from .categorical import Categorical, MultiCategorical
+from .deterministic import Deterministic
+from .dirichlet import Dirichlet
+from .gaussian import DiagGaussian, SquashedGaussian
+from .multi import MultiActionDistribution
+from .registry import (
+    UnknownActionDistError,
+    get_registered_action_dist,
+    register_action_dist,
+    registered_action_dists,
+    unregister_action_dist,
+)
+
+__all__ = [
+    "ActionDistSpec",
+    "ActionDistribution",
+    "ActionOutOfSupportError",
+    "Beta",
+    "Categorical",
+    "Deterministic",
+    "DiagGaussian",
+    "Dirichlet",
+    "DistributionError",
+    "MultiActionDistribution",
+    "MultiCategorical",
+    "SquashedGaussian",
+    "UnknownActionDistError",
+    "UnsupportedActionSpaceError",
+    "UnsupportedMethodError",
+    "get_action_dist",
+    "get_registered_action_dist",
+    "register_action_dist",
+    "registered_action_dists",
+    "resolve_dist_type",
+    "unregister_action_dist",
+]

@@ -1,0 +1,187 @@
+"""Categorical and MultiCategorical (Discrete, MultiDiscrete and integer Box actions).
+
+Mirrors torch's ``Categorical(logits=x)`` as RLlib wraps it: logits are normalised with
+``x - logsumexp(x)``, probabilities are ``softmax`` of those, the mode is the argmax of
+the probabilities (the first on ties), and the entropy clamps logits at the float32
+minimum so a masked logit (-3.4e38) with probability 0 contributes 0, not nan.
+Actions are category **indices** 0..n-1; for an integer Box they are indices
+0..high-low, not values shifted by ``low`` (RLlib's behaviour).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces as gs
+
+from ._math import F32, log_softmax32, softmax32
+from .base import ActionDistribution, ActionOutOfSupportError, DistributionError
+
+__all__ = ["Categorical", "MultiCategorical", "sample_index"]
+
+_F32_MIN = np.finfo(np.float32).min
+
+
+def sample_index(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One index per row by inverse CDF; an index with probability 0 is never drawn."""
+    p = np.asarray(probs, dtype=np.float64)
+    cdf = np.cumsum(p, axis=1)
+    u = rng.random(p.shape[0]) * cdf[:, -1]
+    idx = np.sum(cdf <= u[:, None], axis=1)
+    # u*total can round up to total; fall back to the last index that has mass.
+    last_with_mass = p.shape[1] - 1 - np.argmax(p[:, ::-1] > 0, axis=1)
+    return np.minimum(idx, last_with_mass).astype(np.int64)
+
+
+def _reject_nan(inputs: np.ndarray, name: str) -> None:
+    bad = np.isnan(inputs).any(axis=1)
+    if bad.any():
+        raise DistributionError(f"{name}: dist inputs contain NaN in rows {np.flatnonzero(bad).tolist()}")
+
+
+def _check_indices(actions: np.ndarray, n: int, where: str) -> np.ndarray:
+    """Integer-valued indices in [0, n), else ActionOutOfSupportError (torch validates too)."""
+    arr = np.asarray(actions)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
+            raise ActionOutOfSupportError(f"{where}: actions must be integer indices, got {arr.tolist()}")
+    elif arr.dtype.kind not in "iub":
+        raise ActionOutOfSupportError(f"{where}: actions must be integer indices, got dtype {arr.dtype}")
+    bad = (arr < 0) | (arr >= n)
+    if np.any(bad):
+        raise ActionOutOfSupportError(
+            f"{where}: actions must be category indices in [0, {n - 1}], got {arr[bad].tolist()} "
+            f"(for an integer Box the index is value - low)"
+        )
+    return arr.astype(np.int64)
+
+
+class _Cat:
+    """One categorical over the last axis of a (B, n) logits block."""
+
+    def __init__(self, raw_logits: np.ndarray):
+        self.logits = log_softmax32(raw_logits)
+        self.probs = softmax32(self.logits)
+        self.n = int(raw_logits.shape[1])
+
+    def mode(self) -> np.ndarray:
+        return np.argmax(self.probs, axis=1).astype(np.int64)
+
+    def logp(self, idx: np.ndarray, where: str) -> np.ndarray:
+        idx = _check_indices(idx, self.n, where)
+        return np.take_along_axis(self.logits, idx[:, None], axis=1)[:, 0].astype(F32)
+
+    def entropy(self) -> np.ndarray:
+        p_log_p = (np.maximum(self.logits, _F32_MIN) * self.probs).astype(F32)
+        return (-np.sum(p_log_p, axis=-1, dtype=F32)).astype(F32)
+
+
+class Categorical(ActionDistribution):
+    """Discrete(n) actions: ``(B, n)`` logits -> ``(B,)`` int64 indices."""
+
+    rllib_name = "TorchCategorical"
+
+    def __init__(self, inputs: np.ndarray, temperature: float = 1.0):
+        super().__init__(inputs)
+        if temperature != 1.0:
+            if not temperature > 0.0:
+                raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
+            self.inputs = (self.inputs / F32(temperature)).astype(F32)
+        _reject_nan(self.inputs, "Categorical")
+        self._cat = _Cat(self.inputs)
+
+    @staticmethod
+    def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
+        return int(action_space.n)
+
+    @property
+    def probs(self) -> np.ndarray:
+        return self._cat.probs
+
+    def logp_each_action(self) -> np.ndarray:
+        """(B, n) logp of every index (the normalised logits)."""
+        return self._cat.logits
+
+    def _sample(self, rng: np.random.Generator) -> np.ndarray:
+        return sample_index(self._cat.probs, rng)
+
+    def _mode(self) -> np.ndarray:
+        return self._cat.mode()
+
+    def logp(self, actions: Any) -> np.ndarray:
+        arr = self._check_batch(actions, "logp")
+        if arr.ndim == 2 and arr.shape[1] == 1:  # a flat (B, 1) action column
+            arr = arr[:, 0]
+        if arr.ndim != 1:
+            raise ValueError(f"Categorical.logp: expected actions of shape (B,), got {arr.shape}")
+        return self._cat.logp(arr, "Categorical.logp")
+
+    def entropy(self) -> np.ndarray:
+        return self._cat.entropy()
+
+
+class MultiCategorical(ActionDistribution):
+    """MultiDiscrete or integer-Box actions: one categorical per ``input_lens`` block.
+
+    Samples are ``(B, k)`` int64; with an integer Box ``action_space`` they are reshaped
+    to ``(B, *shape)`` and ``logp`` accepts that shape.
+    """
+
+    rllib_name = "TorchMultiCategorical"
+
+    def __init__(self, inputs: np.ndarray, input_lens: Sequence[int], action_space: gs.Space | None = None):
+        super().__init__(inputs)
+        _reject_nan(self.inputs, "MultiCategorical")
+        self.input_lens = [int(n) for n in input_lens]
+        if sum(self.input_lens) != self.inputs.shape[1]:
+            raise ValueError(
+                f"MultiCategorical: input_lens {self.input_lens} sum to {sum(self.input_lens)}, "
+                f"but the dist inputs have {self.inputs.shape[1]} columns"
+            )
+        self.action_space = action_space
+        bounds = np.cumsum(self.input_lens)[:-1]
+        self.cats = [_Cat(block) for block in np.split(self.inputs, bounds, axis=1)]
+
+    @staticmethod
+    def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
+        if isinstance(action_space, gs.Box):
+            span = int(np.max(action_space.high)) - int(np.min(action_space.low)) + 1
+            return int(np.prod(action_space.shape)) * span
+        return int(np.sum(action_space.nvec))
+
+    def _shape(self, stacked: np.ndarray) -> np.ndarray:
+        if isinstance(self.action_space, gs.Box):
+            return stacked.reshape((-1, *self.action_space.shape))
+        return stacked
+
+    def _sample(self, rng: np.random.Generator) -> np.ndarray:
+        return self._shape(np.stack([sample_index(c.probs, rng) for c in self.cats], axis=1))
+
+    def _mode(self) -> np.ndarray:
+        return self._shape(np.stack([c.mode() for c in self.cats], axis=1))
+
+    def _components(self, actions: Any) -> list[np.ndarray]:
+        if isinstance(actions, list | tuple):  # RLlib also takes one array per component
+            comps = [np.asarray(a) for a in actions]
+        else:
+            arr = self._check_batch(actions, "logp").reshape(self.batch_size, -1)
+            comps = [arr[:, i] for i in range(arr.shape[1])]
+        if len(comps) != len(self.cats):
+            raise ValueError(
+                f"MultiCategorical.logp: expected {len(self.cats)} action components, got {len(comps)}"
+            )
+        return comps
+
+    def logp(self, actions: Any) -> np.ndarray:
+        total = np.zeros(self.batch_size, dtype=F32)
+        for i, (cat, comp) in enumerate(zip(self.cats, self._components(actions), strict=True)):
+            total = (total + cat.logp(comp, f"MultiCategorical.logp component {i}")).astype(F32)
+        return total
+
+    def multi_entropy(self) -> np.ndarray:
+        return np.stack([c.entropy() for c in self.cats], axis=1)
+
+    def entropy(self) -> np.ndarray:
+        return np.sum(self.multi_entropy(), axis=1, dtype=F32).astype(F32)
