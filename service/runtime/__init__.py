@@ -1,0 +1,35 @@
+"""Runtimes that execute an exported policy graph; ``open_runtime`` picks one per bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.runtime.base import Runtime
+
+__all__ = ["Runtime", "open_runtime", "choose_kind"]
+
+
+def choose_kind(available: list[str], preference: str) -> str:
+    """The runtime kind to use: the preference if the bundle has it, ONNX first under 'auto'."""
+    if preference != "auto":
+        if preference not in available:
+            raise ValueError(f"runtime {preference!r} requested, but the bundle only has {sorted(available)}")
+        return preference
+    for kind in ("onnx", "torchscript"):
+        if kind in available:
+            return kind
+    raise ValueError(f"no supported runtime in the bundle: it has {sorted(available)}, expected onnx or torchscript")
+
+
+def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names: list[str],
+                 intra_op_threads: int, use_gpu: bool) -> Runtime:
+    if kind == "onnx":
+        from service.runtime.onnx import OnnxRuntime
+
+        return OnnxRuntime(path, intra_op_threads=intra_op_threads, use_gpu=use_gpu)
+    if kind == "torchscript":
+        from service.runtime.torchscript import TorchScriptRuntime
+
+        return TorchScriptRuntime(path, input_names=input_names, output_names=output_names,
+                                  intra_op_threads=intra_op_threads, use_gpu=use_gpu)
+    raise ValueError(f"unknown runtime {kind!r}; expected 'onnx' or 'torchscript'")

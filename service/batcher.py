@@ -1,0 +1,236 @@
+"""Dynamic batching: many concurrent requests for one model version -> one runtime call.
+
+Requests queue as ``Job``s. One worker task per batcher waits for the first job, then
+gathers more until the batch holds ``max_rows`` rows or ``max_delay_s`` has passed since
+that first job arrived (with no delay it takes what is queued after one turn of the event
+loop, so requests parsed in the same turn share a batch). Two jobs touching the same
+session never share a batch: the later one waits for the next, so one session's steps
+apply in arrival order.
+
+A batch runs inline when small (a thread hop costs more than a small model) and in a
+worker thread when large, so the event loop keeps parsing requests meanwhile. If the
+batch function raises, only that batch's jobs fail; the worker keeps going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.errors import BatchFailed, NotReady, QueueFull, ServiceError
+
+log = logging.getLogger("rlserve.batcher")
+
+_batch_ids = itertools.count(1)  # unique across the process, so tests can compare them
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's work: ``payload`` is what the batch function receives."""
+
+    payload: Any
+    rows: int
+    keys: frozenset[str] = frozenset()  # session ids; jobs sharing one never share a batch
+    enqueued: float = field(default_factory=time.perf_counter)
+    future: asyncio.Future | None = None
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """Debug metadata of the batch a job ran in."""
+
+    batch_id: int
+    rows: int
+    requests: int
+    queue_s: float
+    run_s: float
+
+
+BatchFn = Callable[[Sequence[Any]], Sequence[Any]]
+Observer = Callable[[BatchInfo, Sequence[Job]], None]
+
+
+class Batcher:
+    """Per-model queue plus worker. ``run_batch(payloads) -> results`` (one per payload;
+    a result that is a ``ServiceError`` instance fails only its own job)."""
+
+    def __init__(
+        self,
+        run_batch: BatchFn,
+        *,
+        max_rows: int,
+        max_delay_s: float,
+        queue_limit: int,
+        inline_rows: int,
+        enabled: bool = True,
+        retry_after_s: int = 1,
+        observer: Observer | None = None,
+        name: str = "",
+    ):
+        self._run_batch = run_batch
+        self.max_rows = max_rows
+        self.max_delay_s = max_delay_s
+        self.queue_limit = queue_limit
+        self.inline_rows = inline_rows
+        self.enabled = enabled
+        self.retry_after_s = retry_after_s
+        self._observer = observer
+        self.name = name
+        self._queue: deque[Job] = deque()
+        self._rows_queued = 0
+        self._waiter: asyncio.Future | None = None
+        self._need_rows = 1  # rows that wake the worker (1 while idle, max_rows while filling)
+        self._worker: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @property
+    def queued_rows(self) -> int:
+        return self._rows_queued
+
+    # ------------------------------------------------------------------ client side
+
+    async def submit(self, job: Job) -> tuple[Any, BatchInfo]:
+        """Queue ``job`` and wait for (result, batch info); raises its ``ServiceError``."""
+        if self._closed:
+            raise NotReady(f"model {self.name} is being unloaded")
+        if self._rows_queued + job.rows > self.queue_limit and self._rows_queued:
+            raise QueueFull(
+                f"model {self.name}: {self._rows_queued} rows queued (limit {self.queue_limit}); retry later",
+                headers={"Retry-After": str(self.retry_after_s)},
+            )
+        loop = asyncio.get_running_loop()
+        self._ensure_worker(loop)
+        job.future = loop.create_future()
+        self._queue.append(job)
+        self._rows_queued += job.rows
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self._rows_queued >= self._need_rows:
+            waiter.set_result(None)
+        return await job.future
+
+    def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._worker is None or self._worker.done() or self._loop is not loop:
+            self._loop = loop
+            self._worker = loop.create_task(self._work(), name=f"batcher:{self.name}")
+
+    async def close(self) -> None:
+        """Stop the worker; queued jobs fail with 503."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except (asyncio.CancelledError, Exception):
+                pass
+        while self._queue:
+            self._fail(self._queue.popleft(), NotReady(f"model {self.name} was unloaded"))
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ worker side
+
+    async def _work(self) -> None:
+        while True:
+            await self._wait_for(1, None)
+            if self.enabled:
+                await self._fill()
+            batch = self._take()
+            if batch:
+                await self._execute(batch)
+
+    async def _wait_for(self, rows: int, timeout: float | None) -> None:
+        """Sleep until ``rows`` rows are queued or ``timeout`` seconds pass."""
+        if self._rows_queued >= rows:
+            return
+        loop = asyncio.get_running_loop()
+        self._need_rows = rows
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake, waiter) if timeout is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    async def _fill(self) -> None:
+        if self.max_delay_s <= 0:
+            await asyncio.sleep(0)  # let requests parsed in this loop turn join
+            return
+        remaining = self._queue[0].enqueued + self.max_delay_s - time.perf_counter()
+        if remaining > 0:
+            await self._wait_for(self.max_rows, remaining)
+
+    def _take(self) -> list[Job]:
+        """Up to ``max_rows`` rows in arrival order, skipping jobs whose session is taken."""
+        batch: list[Job] = []
+        deferred: list[Job] = []
+        taken: set[str] = set()
+        rows = 0
+        limit = self.max_rows if self.enabled else 1
+        while self._queue:
+            job = self._queue[0]
+            if batch and (rows + job.rows > self.max_rows or len(batch) >= limit):
+                break
+            self._queue.popleft()
+            if job.keys and not taken.isdisjoint(job.keys):
+                deferred.append(job)
+                continue
+            taken |= job.keys
+            batch.append(job)
+            rows += job.rows
+        self._queue.extendleft(reversed(deferred))
+        self._rows_queued -= rows
+        return batch
+
+    async def _execute(self, batch: list[Job]) -> None:
+        started = time.perf_counter()
+        payloads = [job.payload for job in batch]
+        rows = sum(job.rows for job in batch)
+        try:
+            if rows > self.inline_rows:
+                results = await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch, payloads)
+            else:
+                results = self._run_batch(payloads)
+        except asyncio.CancelledError:
+            for job in batch:
+                self._fail(job, NotReady(f"model {self.name} was unloaded"))
+            raise
+        except Exception as exc:  # a poisoned batch fails only itself
+            log.exception("batch of %d requests for %s failed", len(batch), self.name)
+            error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
+            results = [error] * len(batch)
+        finished = time.perf_counter()
+        batch_id = next(_batch_ids)
+        for job, result in zip(batch, results, strict=True):
+            info = BatchInfo(batch_id, rows, len(batch), started - job.enqueued, finished - started)
+            if isinstance(result, ServiceError):
+                self._fail(job, result)
+            elif job.future is not None and not job.future.done():
+                job.future.set_result((result, info))
+        if self._observer is not None:
+            self._observer(BatchInfo(batch_id, rows, len(batch), 0.0, finished - started), batch)
+
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"batch-{self.name}")
+        return self._executor
+
+    @staticmethod
+    def _fail(job: Job, error: ServiceError) -> None:
+        if job.future is not None and not job.future.done():
+            job.future.set_exception(error)
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,273 @@
+"""JSON values <-> space values, validated, one function per space type.
+
+``decode_value(space, data, field)`` turns the JSON form of an observation (or of an
+action a client reports) into the value gymnasium would produce: numpy arrays for Box,
+MultiBinary and MultiDiscrete, ``int`` for Discrete, tuples, dicts in space key order and
+lists for Repeated. Anything that does not fit raises ``InvalidInput`` naming the field,
+the expected space and what was received, before any session state is touched.
+
+Images (any Box) may also come as raw bytes: ``{"b64": "...", "dtype": "uint8",
+"shape": [84, 84, 3]}`` (C order), which decodes ~20x faster than nested lists.
+
+``stack_values`` batches decoded values leaf-wise; ``encode_batch`` turns a batched
+structure (what a distribution samples) into one JSON value per row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces as gs
+
+from models.spaces import Repeated, Simplex, space_to_json
+from service.errors import InvalidInput
+
+__all__ = ["decode_value", "decode_batch", "stack_values", "encode_batch", "describe_space"]
+
+
+def describe_space(space: gs.Space) -> Any:
+    """The space's JSON schema: what an error's ``expected`` shows."""
+    return space_to_json(space)
+
+
+def _summary(value: Any) -> Any:
+    """A short description of a received value for error messages."""
+    if isinstance(value, list):
+        return f"list of length {len(value)}"
+    if isinstance(value, dict):
+        return f"object with keys {sorted(value)[:10]}"
+    if isinstance(value, str) and len(value) > 40:
+        return f"string of length {len(value)}"
+    return value
+
+
+def _fail(field: str, message: str, space: gs.Space | Any, received: Any) -> InvalidInput:
+    expected = describe_space(space) if isinstance(space, gs.Space) else space
+    return InvalidInput(f"{field}: {message}", field=field, expected=expected, received=_summary(received))
+
+
+@functools.singledispatch
+def decode_value(space: gs.Space, data: Any, field: str) -> Any:
+    """Decode and validate one JSON value of ``space``; ``field`` names it in errors."""
+    raise _fail(field, f"space type {type(space).__name__} is not supported", space, data)
+
+
+# --------------------------------------------------------------------------- arrays
+
+def _from_b64(space: gs.Box, data: Mapping[str, Any], field: str) -> np.ndarray:
+    extra = set(data) - {"b64", "dtype", "shape"}
+    if extra:
+        raise _fail(field, f"unknown keys {sorted(extra)} in a base64 array", space, data)
+    dtype_name = data.get("dtype", np.dtype(space.dtype).name)
+    try:
+        dtype = np.dtype(dtype_name)
+    except TypeError:
+        raise _fail(f"{field}.dtype", f"unknown dtype {dtype_name!r}", space, dtype_name) from None
+    if dtype.kind not in "biuf":
+        raise _fail(f"{field}.dtype", f"dtype {dtype.name} is not numeric", space, dtype_name)
+    shape = data.get("shape", list(space.shape))
+    if list(shape) != list(space.shape):
+        raise _fail(f"{field}.shape", f"shape {shape} does not match {list(space.shape)}", space, shape)
+    raw = data.get("b64")
+    if not isinstance(raw, str):
+        raise _fail(f"{field}.b64", "expected a base64 string", space, raw)
+    try:
+        buffer = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise _fail(f"{field}.b64", "invalid base64", space, raw) from None
+    expected_bytes = int(np.prod(space.shape, dtype=np.int64)) * dtype.itemsize
+    if len(buffer) != expected_bytes:
+        raise _fail(f"{field}.b64", f"decoded {len(buffer)} bytes, expected {expected_bytes}", space, len(buffer))
+    arr = np.frombuffer(buffer, dtype=dtype).reshape(space.shape)
+    return _cast(space, arr, field, data)
+
+
+def _cast(space: gs.Space, arr: np.ndarray, field: str, data: Any) -> np.ndarray:
+    """Cast to the space dtype, refusing values that the dtype cannot hold."""
+    target = np.dtype(space.dtype)
+    if arr.dtype == target:
+        return arr
+    if target.kind in "iu":
+        if arr.dtype.kind == "f":
+            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+                raise _fail(field, f"expected integers for dtype {target.name}", space, data)
+        if arr.size:
+            info = np.iinfo(target)
+            if arr.min() < info.min or arr.max() > info.max:
+                raise _fail(field, f"values outside the range of {target.name}", space, data)
+    elif target.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
+        raise _fail(field, "expected booleans", space, data)
+    return arr.astype(target)
+
+
+def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np.ndarray:
+    if isinstance(data, Mapping) and isinstance(space, gs.Box):
+        return _from_b64(space, data, field)
+    if isinstance(data, str | bytes | Mapping) or data is None:
+        raise _fail(field, f"expected a number array of shape {list(shape)}", space, data)
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError):
+        raise _fail(field, f"expected a number array of shape {list(shape)} (ragged lists?)", space, data) from None
+    if arr.dtype.kind not in "biuf":
+        raise _fail(field, f"expected numbers, got elements of type {arr.dtype.kind!r}", space, data)
+    if arr.shape != shape:
+        raise _fail(field, f"expected shape {list(shape)}, got {list(arr.shape)}", space, data)
+    return _cast(space, arr, field, data)
+
+
+@decode_value.register
+def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
+    arr = _array(space, data, field, space.shape)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise _fail(field, "values must be finite", space, data)
+    return arr
+
+
+@decode_value.register
+def _(space: Simplex, data: Any, field: str) -> np.ndarray:
+    arr = _array(space, data, field, space.shape)
+    if not np.all(np.isfinite(arr)):
+        raise _fail(field, "values must be finite", space, data)
+    return arr
+
+
+@decode_value.register
+def _(space: gs.MultiBinary, data: Any, field: str) -> np.ndarray:
+    arr = _array(space, data, field, space.shape)
+    if arr.size and not np.all((arr == 0) | (arr == 1)):
+        raise _fail(field, "MultiBinary values must be 0 or 1", space, data)
+    return arr
+
+
+@decode_value.register
+def _(space: gs.MultiDiscrete, data: Any, field: str) -> np.ndarray:
+    arr = _array(space, data, field, space.shape)
+    low, high = space.start, space.start + space.nvec
+    bad = (arr < low) | (arr >= high)
+    if np.any(bad):
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise _fail(
+            field,
+            f"value {arr[index].item()} at index {list(index)} is outside "
+            f"[{low[index]}, {high[index] - 1}]",
+            space,
+            data,
+        )
+    return arr
+
+
+# --------------------------------------------------------------------------- scalars
+
+@decode_value.register
+def _(space: gs.Discrete, data: Any, field: str) -> int:
+    if isinstance(data, float) and data.is_integer():
+        data = int(data)
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise _fail(field, "expected an integer", space, data)
+    low, high = int(space.start), int(space.start + space.n - 1)
+    if not low <= data <= high:
+        raise _fail(field, f"value {data} is outside [{low}, {high}]", space, data)
+    return data
+
+
+# --------------------------------------------------------------------------- containers
+
+@decode_value.register
+def _(space: gs.Tuple, data: Any, field: str) -> tuple:
+    if not isinstance(data, list | tuple) or len(data) != len(space.spaces):
+        raise _fail(field, f"expected a list of {len(space.spaces)} items", space, data)
+    return tuple(decode_value(sub, item, f"{field}[{i}]") for i, (sub, item) in enumerate(zip(space.spaces, data, strict=True)))
+
+
+@decode_value.register
+def _(space: gs.Dict, data: Any, field: str) -> dict:
+    if not isinstance(data, Mapping):
+        raise _fail(field, f"expected an object with keys {list(space.spaces)}", space, data)
+    missing = [k for k in space.spaces if k not in data]
+    extra = [k for k in data if k not in space.spaces]
+    if missing or extra:
+        parts = ([f"missing keys {missing}"] if missing else []) + ([f"unknown keys {extra}"] if extra else [])
+        raise _fail(field, "; ".join(parts), list(space.spaces), sorted(data))
+    return {k: decode_value(sub, data[k], f"{field}.{k}") for k, sub in space.spaces.items()}
+
+
+@decode_value.register
+def _(space: Repeated, data: Any, field: str) -> list:
+    if not isinstance(data, list | tuple):
+        raise _fail(field, f"expected a list of at most {space.max_len} items", space, data)
+    if len(data) > space.max_len:
+        raise _fail(field, f"{len(data)} items exceed max_len {space.max_len}", space, data)
+    return [decode_value(space.child_space, item, f"{field}[{i}]") for i, item in enumerate(data)]
+
+
+# --------------------------------------------------------------------------- batches
+
+def decode_batch(space: gs.Space, items: list[Any], field: str) -> list[Any]:
+    """Decode a list of values, naming each one ``field[i]`` in errors."""
+    if isinstance(space, gs.Box) and items and not isinstance(items[0], Mapping):
+        stacked = _decode_box_rows(space, items, field)
+        if stacked is not None:
+            return list(stacked)
+    return [decode_value(space, item, f"{field}[{i}]") for i, item in enumerate(items)]
+
+
+def _decode_box_rows(space: gs.Box, items: list[Any], field: str) -> np.ndarray | None:
+    """One numpy call for a batch of list-form Box values; None defers to per-row errors."""
+    try:
+        arr = np.asarray(items)
+    except (ValueError, TypeError):
+        return None
+    if arr.dtype.kind not in "biuf" or arr.shape != (len(items), *space.shape):
+        return None
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        return None
+    try:
+        return _cast(space, arr, field, None)
+    except InvalidInput:
+        return None
+
+
+@functools.singledispatch
+def stack_values(space: gs.Space, values: list[Any]) -> Any:
+    """Batch a list of decoded values of ``space`` leaf-wise (leading axis B)."""
+    return np.stack([np.asarray(v) for v in values]).astype(space.dtype, copy=False)
+
+
+@stack_values.register
+def _(space: gs.Discrete, values: list[Any]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+@stack_values.register
+def _(space: gs.Tuple, values: list[Any]) -> tuple:
+    return tuple(stack_values(sub, [v[i] for v in values]) for i, sub in enumerate(space.spaces))
+
+
+@stack_values.register
+def _(space: gs.Dict, values: list[Any]) -> dict:
+    return {k: stack_values(sub, [v[k] for v in values]) for k, sub in space.spaces.items()}
+
+
+@functools.singledispatch
+def encode_batch(space: gs.Space, batched: Any) -> list[Any]:
+    """One JSON value per row of a batched structure of ``space``."""
+    return np.asarray(batched).tolist()
+
+
+@encode_batch.register
+def _(space: gs.Tuple, batched: Any) -> list[Any]:
+    columns = [encode_batch(sub, part) for sub, part in zip(space.spaces, batched, strict=True)]
+    return [list(row) for row in zip(*columns, strict=True)]
+
+
+@encode_batch.register
+def _(space: gs.Dict, batched: Any) -> list[Any]:
+    keys = list(space.spaces)
+    columns = [encode_batch(space.spaces[k], batched[k]) for k in keys]
+    return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]

@@ -1,0 +1,25 @@
+"""What the server needs from a runtime: named numpy arrays in, named numpy arrays out."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class Runtime(Protocol):
+    """One loaded model file.
+
+    ``run`` takes the signature's inputs by name (``obs`` (B, *obs_shape),
+    ``state_in_i`` (B, *shape_i), ``prev_actions``, ``prev_rewards``) and returns every
+    output by name (``dist_inputs`` (B, num_outputs), ``value`` (B,), ``state_out_i``).
+    ``input_dtypes`` says what dtype each input must have; the caller casts.
+    """
+
+    kind: str  # "onnx" | "torchscript"
+    device: str  # e.g. "cpu", "cuda:0"
+    input_dtypes: dict[str, np.dtype]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def describe(self) -> dict[str, object]: ...

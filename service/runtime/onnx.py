@@ -1,0 +1,53 @@
+"""ONNX Runtime backend: CUDA when the installed build offers it, else CPU."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("rlserve.runtime")
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+class OnnxRuntime:
+    kind = "onnx"
+
+    def __init__(self, path: Path, *, intra_op_threads: int = 1, use_gpu: bool = True):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        available = ort.get_available_providers()
+        providers = ["CPUExecutionProvider"]
+        if use_gpu and "CUDAExecutionProvider" in available:
+            providers.insert(0, "CUDAExecutionProvider")
+        self._session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        self.providers = self._session.get_providers()
+        self.device = "cuda:0" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
+        self.input_dtypes = {i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()}
+        self.output_names = [o.name for o in self._session.get_outputs()]
+        self._run_options = ort.RunOptions()
+        log.info("onnx runtime %s on %s (providers %s)", path.name, self.device, self.providers)
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = {name: inputs[name] for name in self.input_dtypes}
+        outputs = self._session.run(self.output_names, feed, self._run_options)
+        return dict(zip(self.output_names, outputs, strict=True))
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind, "device": self.device, "providers": list(self.providers)}

@@ -1,0 +1,218 @@
+"""Sessions: one episode's server-side memory, bound to one model version.
+
+A ``SessionStore`` belongs to one loaded model version. It maps session ids to
+``Session`` records (slot index, seeded rng, bookkeeping) in least-recently-used order
+and owns the ``SessionSlabs`` that hold the tensors. Sessions idle longer than the TTL
+expire; at the cap the least recently used idle session is evicted. Expired, evicted and
+ended ids are remembered (bounded) so a client hears 410 "expired" rather than 404
+"unknown". All bookkeeping runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.interface import ModelSignature
+from service.errors import BadRequest, QueueFull, SessionConflict, SessionExpired, SessionNotFound
+from service.slabs import STATELESS_SLOT, SessionSlabs
+
+MAX_SESSION_ID_LENGTH = 128
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    slot: int
+    seed: int | None
+    rng: np.random.Generator | None  # None: draws from the model's shared generator
+    created: float
+    last_used: float
+    steps: int = 0
+    inflight: int = 0  # requests accepted but not answered; such a session is never evicted
+    ended: bool = False
+    needs_reset: bool = True  # a new slot starts from the initial state on its first step
+    version: str = field(default="")
+
+
+class SessionStore:
+    """Sessions of one model version, with LRU eviction and idle expiry."""
+
+    def __init__(
+        self,
+        signature: ModelSignature,
+        *,
+        version: str,
+        max_sessions: int,
+        idle_ttl_s: float,
+        initial_slots: int = 64,
+        tombstones: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.version = version
+        self.max_sessions = int(max_sessions)
+        self.idle_ttl_s = float(idle_ttl_s)
+        self.clock = clock
+        # +1: slot 0 is the read-only initial row for stateless requests.
+        self.slabs = SessionSlabs(signature, initial_slots + 1, self.max_sessions + 1)
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._free: list[int] = []
+        self._next_slot = STATELESS_SLOT + 1
+        self._tombstones: OrderedDict[str, str] = OrderedDict()
+        self._tombstone_cap = int(tombstones)
+        self.evicted_total = 0
+        self.expired_total = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    def ids(self) -> list[str]:
+        return list(self._sessions)
+
+    # ------------------------------------------------------------------ lookup
+
+    def get(self, session_id: str) -> Session:
+        """The live session ``session_id``; 410 if it expired or ended, 404 if unknown."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            if self.clock() - session.last_used > self.idle_ttl_s and not session.inflight:
+                self._drop(session, "expired after being idle")
+            else:
+                return session
+        reason = self._tombstones.get(session_id)
+        if reason is not None:
+            raise SessionExpired(
+                f"session {session_id!r} is gone ({reason}); start a new episode",
+                field="session_id",
+                received=session_id,
+            )
+        raise SessionNotFound(
+            f"unknown session {session_id!r}: create it (POST .../sessions) or send episode_start=true",
+            field="session_id",
+            received=session_id,
+        )
+
+    def knows(self, session_id: str) -> bool:
+        """True if the id is live or remembered as gone."""
+        return session_id in self._sessions or session_id in self._tombstones
+
+    def touch(self, session: Session) -> None:
+        session.last_used = self.clock()
+        if session.id in self._sessions:
+            self._sessions.move_to_end(session.id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def create(self, session_id: str | None = None, seed: int | None = None) -> Session:
+        """A new session; 409 if ``session_id`` is live. Evicts the LRU idle one at the cap."""
+        session_id = validate_session_id(session_id) if session_id is not None else uuid.uuid4().hex
+        if session_id in self._sessions:
+            raise SessionConflict(
+                f"session {session_id!r} already exists; end it first or send episode_start=true",
+                field="session_id",
+                received=session_id,
+            )
+        self.expire_idle()
+        if len(self._sessions) >= self.max_sessions:
+            self._evict_one()
+        slot = self._take_slot()
+        now = self.clock()
+        session = Session(session_id, slot, seed, _rng(seed), now, now, version=self.version)
+        self._sessions[session_id] = session
+        self._tombstones.pop(session_id, None)
+        return session
+
+    def restart(self, session: Session, seed: int | None) -> None:
+        """A new episode in an existing session: reset its slot on the next step, reseed."""
+        session.needs_reset = True
+        session.steps = 0
+        if seed is not None:
+            session.seed, session.rng = seed, _rng(seed)
+
+    def end(self, session_id: str) -> Session:
+        session = self.get(session_id)
+        self._drop(session, "ended by the client")
+        return session
+
+    def release(self, session: Session) -> None:
+        """A request of ``session`` finished; free the slot if the session is gone."""
+        session.inflight -= 1
+        if session.ended and session.inflight == 0:
+            self._free.append(session.slot)
+
+    def expire_idle(self) -> int:
+        """Drop every session idle longer than the TTL; returns how many.
+
+        Sessions sit in least-recently-used order, so the scan stops at the first fresh
+        one: the cost is proportional to what expires, not to the number of sessions.
+        """
+        deadline = self.clock() - self.idle_ttl_s
+        stale = []
+        for session in self._sessions.values():
+            if session.last_used >= deadline:
+                break
+            if not session.inflight:
+                stale.append(session)
+        for session in stale:
+            self._drop(session, "expired after being idle")
+        self.expired_total += len(stale)
+        return len(stale)
+
+    def clear(self) -> None:
+        for session in list(self._sessions.values()):
+            self._drop(session, "its model version was unloaded")
+
+    # ------------------------------------------------------------------ internals
+
+    def _take_slot(self) -> int:
+        if self._free:
+            return self._free.pop()
+        slot = self._next_slot
+        self.slabs.ensure_capacity(slot + 1)
+        self._next_slot += 1
+        return slot
+
+    def _evict_one(self) -> None:
+        for session in self._sessions.values():
+            if not session.inflight:
+                self._drop(session, "evicted: the server's session limit was reached")
+                self.evicted_total += 1
+                return
+        raise QueueFull(
+            f"all {self.max_sessions} sessions have requests in flight; retry later",
+            headers={"Retry-After": "1"},
+        )
+
+    def _drop(self, session: Session, reason: str, tombstone: bool = True) -> None:
+        self._sessions.pop(session.id, None)
+        session.ended = True
+        if session.inflight == 0:
+            self._free.append(session.slot)
+        if tombstone and self._tombstone_cap:
+            self._tombstones[session.id] = reason
+            self._tombstones.move_to_end(session.id)
+            while len(self._tombstones) > self._tombstone_cap:
+                self._tombstones.popitem(last=False)
+
+
+def _rng(seed: int | None) -> np.random.Generator | None:
+    return np.random.default_rng(seed) if seed is not None else None
+
+
+def validate_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID_LENGTH:
+        raise BadRequest(
+            f"session_id must be a non-empty string of at most {MAX_SESSION_ID_LENGTH} characters",
+            field="session_id",
+            expected=f"string of 1..{MAX_SESSION_ID_LENGTH} characters",
+            received=session_id,
+        )
+    return session_id
