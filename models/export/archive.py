@@ -47,10 +47,10 @@ def pack_bundle(bundle_dir: str | os.PathLike[str], archive_path: str | os.PathL
     tmp = archive_path.with_name(archive_path.name + ".partial")
     names = [MANIFEST_NAME, *sorted(bundle.manifest.files)]
     try:
-        # mtime=0 in the gzip header as well, for reproducible bytes.
+        # No name and mtime=0 in the gzip header either, for reproducible bytes.
         with (
             open(tmp, "wb") as raw,
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
             for name in names:
