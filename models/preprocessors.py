@@ -1,0 +1,10 @@
+"""RLlib's observation preprocessors (the implementation lives in ``models.preprocessing``).
+
+``get_preprocessor(obs_space, model_config)`` returns a ``Preprocessor`` with
+``transform`` (one observation), ``transform_batch`` (a list) and ``transform_columns``
+(one array per leaf), the flat ``observation_space`` given to the model (carrying
+``original_space``) and the leaf ``layout``. Torch-free.
+"""
+
+from models.preprocessing import *  # noqa: F403
+from models.preprocessing import __all__  # noqa: F401
