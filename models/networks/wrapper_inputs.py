@@ -3,9 +3,9 @@
 Previous actions arrive as flattened raw actions (Discrete = 1 column holding the index,
 MultiDiscrete = k columns, Box/MultiBinary = prod(shape) columns, Tuple/Dict = the leaves
 in flattened order with Dict keys sorted). ``PrevActionEncoder`` one-hot encodes the
-discrete columns *inside the graph* with a constant gather + compare, so the model traces
-and exports with no data-dependent shapes (``F.one_hot`` would need the class count from
-the data).
+discrete columns *inside the graph* by comparing each with ``arange(n)`` (n fixed by the
+space), so the model traces and exports with no data-dependent shapes (``F.one_hot``
+takes the class count as data) and carries no buffers that a weight file would lack.
 """
 
 from __future__ import annotations
@@ -22,72 +22,62 @@ from models.spaces import Simplex
 
 
 @dataclass(frozen=True)
-class _Column:
-    """One encoded column: a copy of input column ``src`` or the test ``src == value``."""
+class _Segment:
+    """Input columns ``[start, start + width)``: raw, or (width 1) one-hot over ``classes``."""
 
-    src: int
-    onehot_value: int = -1  # -1: raw copy
+    start: int
+    width: int = 1
+    classes: int = 0  # 0: raw copy
 
 
 @functools.singledispatch
-def _encode_columns(space: gs.Space, offset: int) -> tuple[list[_Column], int]:
-    """-> (encoded columns, input columns consumed) for ``space`` starting at ``offset``."""
+def _segments(space: gs.Space, offset: int) -> tuple[list[_Segment], int]:
+    """-> (segments, input columns consumed) for ``space`` starting at column ``offset``."""
     raise ValueError(
         f"previous actions: unsupported action space {type(space).__name__}; expected Discrete, "
         "MultiDiscrete, Box, MultiBinary, Simplex or a Tuple/Dict of these"
     )
 
 
-@_encode_columns.register
-def _(space: gs.Discrete, offset: int) -> tuple[list[_Column], int]:
-    return [_Column(offset, k) for k in range(int(space.n))], 1
+@_segments.register
+def _(space: gs.Discrete, offset: int) -> tuple[list[_Segment], int]:
+    return [_Segment(offset, 1, int(space.n))], 1
 
 
-@_encode_columns.register
-def _(space: gs.MultiDiscrete, offset: int) -> tuple[list[_Column], int]:
+@_segments.register
+def _(space: gs.MultiDiscrete, offset: int) -> tuple[list[_Segment], int]:
     nvec = np.asarray(space.nvec).ravel()
-    cols = [_Column(offset + i, k) for i, n in enumerate(nvec) for k in range(int(n))]
-    return cols, len(nvec)
+    return [_Segment(offset + i, 1, int(n)) for i, n in enumerate(nvec)], len(nvec)
 
 
-def _raw(width: int, offset: int) -> tuple[list[_Column], int]:
-    return [_Column(offset + i) for i in range(width)], width
+def _raw(space: gs.Space, offset: int) -> tuple[list[_Segment], int]:
+    width = int(np.prod(space.shape))
+    return [_Segment(offset, width)], width
 
 
-@_encode_columns.register
-def _(space: gs.Box, offset: int) -> tuple[list[_Column], int]:
-    return _raw(int(np.prod(space.shape)), offset)
+for _raw_type in (gs.Box, gs.MultiBinary, Simplex):
+    _segments.register(_raw_type, _raw)
 
 
-@_encode_columns.register
-def _(space: gs.MultiBinary, offset: int) -> tuple[list[_Column], int]:
-    return _raw(int(np.prod(space.shape)), offset)
-
-
-@_encode_columns.register
-def _(space: Simplex, offset: int) -> tuple[list[_Column], int]:
-    return _raw(int(np.prod(space.shape)), offset)
-
-
-def _encode_children(children: list[gs.Space], offset: int) -> tuple[list[_Column], int]:
-    cols: list[_Column] = []
+def _children(children: list[gs.Space], offset: int) -> tuple[list[_Segment], int]:
+    segments: list[_Segment] = []
     used = 0
     for child in children:
-        child_cols, child_used = _encode_columns(child, offset + used)
-        cols += child_cols
+        child_segments, child_used = _segments(child, offset + used)
+        segments += child_segments
         used += child_used
-    return cols, used
+    return segments, used
 
 
-@_encode_columns.register
-def _(space: gs.Tuple, offset: int) -> tuple[list[_Column], int]:
-    return _encode_children(list(space.spaces), offset)
+@_segments.register
+def _(space: gs.Tuple, offset: int) -> tuple[list[_Segment], int]:
+    return _children(list(space.spaces), offset)
 
 
-@_encode_columns.register
-def _(space: gs.Dict, offset: int) -> tuple[list[_Column], int]:
+@_segments.register
+def _(space: gs.Dict, offset: int) -> tuple[list[_Segment], int]:
     # RLlib flattens actions with dm-tree, which visits dict keys in sorted order.
-    return _encode_children([space.spaces[k] for k in sorted(space.spaces)], offset)
+    return _children([space.spaces[k] for k in sorted(space.spaces)], offset)
 
 
 class PrevActionEncoder(nn.Module):
@@ -101,24 +91,21 @@ class PrevActionEncoder(nn.Module):
 
     def __init__(self, action_space: gs.Space) -> None:
         super().__init__()
-        cols, self.in_width = _encode_columns(action_space, 0)
-        self.out_width = len(cols)
-        # Non-persistent: derived from the space, so they stay out of the state_dict.
-        self.register_buffer(
-            "_src", torch.tensor([c.src for c in cols], dtype=torch.long), persistent=False
-        )
-        values = torch.tensor([float(c.onehot_value) for c in cols], dtype=torch.float32)
-        self.register_buffer("_value", values, persistent=False)
-        self.register_buffer("_is_onehot", values >= 0, persistent=False)
-        self._all_raw = not any(c.onehot_value >= 0 for c in cols)
+        self._parts, self.in_width = _segments(action_space, 0)
+        self.out_width = sum(p.classes or p.width for p in self._parts)
 
     def forward(self, actions: torch.Tensor) -> torch.Tensor:
         actions = actions.to(torch.float32)
-        if self._all_raw:
+        if all(p.classes == 0 for p in self._parts):
             return actions
-        picked = actions.index_select(-1, self._src)
-        onehot = (torch.trunc(picked) == self._value).to(torch.float32)
-        return torch.where(self._is_onehot, onehot, picked)
+        encoded = []
+        for part in self._parts:
+            columns = actions[..., part.start : part.start + part.width]
+            if part.classes:
+                classes = torch.arange(part.classes, dtype=torch.float32, device=actions.device)
+                columns = (torch.trunc(columns) == classes).to(torch.float32)
+            encoded.append(columns)
+        return torch.cat(encoded, dim=-1)
 
 
 class _ShadowedValueHead(nn.Module):
