@@ -13,7 +13,7 @@ separate value towers, kept only so that RLlib's weights load key for key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,16 +53,11 @@ def component_kind(leaf_space: gs.Space) -> str:
     return FLATTEN
 
 
-def components_from_leaves(leaves: Sequence[tuple[gs.Space, tuple[int, ...]]]) -> list[Component]:
-    """Components for (leaf space, preprocessed leaf shape) pairs in flattening order."""
-    out, offset = [], 0
-    for space, shape in leaves:
-        out.append(Component(component_kind(space), offset, tuple(int(d) for d in shape)))
-        offset += flat_size(shape)
-    return out
+LeafShape = Callable[[gs.Space], Sequence[int]]
 
 
-def _plain_leaf_shape(space: gs.Space) -> tuple[int, ...]:
+def plain_leaf_shape(space: gs.Space) -> tuple[int, ...]:
+    """Preprocessed shape of a leaf that needs no preprocessor beyond one-hot/flatten."""
     if isinstance(space, gs.Discrete):
         return (int(space.n),)
     if isinstance(space, gs.MultiDiscrete):
@@ -71,22 +66,54 @@ def _plain_leaf_shape(space: gs.Space) -> tuple[int, ...]:
         return tuple(int(d) for d in space.shape)
     raise ValueError(
         f"ComplexInputNetwork: cannot infer the flat layout of a {type(space).__name__} leaf; "
-        "build it through models.catalog.build_model (which passes the preprocessor layout)"
+        "build it through models.catalog.build_model (which passes the preprocessor's shapes)"
     )
 
 
-def _plain_leaves(space: gs.Space) -> list[gs.Space]:
+def _leaves(space: gs.Space, path: tuple, offset: int, leaf_shape: LeafShape) -> tuple[list, int]:
+    """[(path, leaf space, offset, shape)] with offsets in the preprocessor's writing order."""
     if isinstance(space, gs.Tuple):
-        return [leaf for sub in space.spaces for leaf in _plain_leaves(sub)]
-    if isinstance(space, gs.Dict):
-        return [leaf for sub in space.spaces.values() for leaf in _plain_leaves(sub)]
-    return [space]
+        children = list(enumerate(space.spaces))
+    elif isinstance(space, gs.Dict):
+        children = list(space.spaces.items())
+    else:
+        shape = tuple(int(d) for d in leaf_shape(space))
+        return [(path, space, offset, shape)], offset + flat_size(shape)
+    found = []
+    for key, child in children:
+        child_leaves, offset = _leaves(child, (*path, key), offset, leaf_shape)
+        found += child_leaves
+    return found, offset
+
+
+def components_for(original_space: gs.Space, leaf_shape: LeafShape = plain_leaf_shape) -> list[Component]:
+    """Components in RLlib's order: ``flatten_space`` / dm-tree visit Dict keys *sorted*, while
+    the preprocessor writes them in the space's own order, so offsets need not be increasing."""
+    leaves, _ = _leaves(original_space, (), 0, leaf_shape)
+    leaves.sort(key=lambda leaf: leaf[0])
+    return [Component(component_kind(space), offset, shape) for _, space, offset, shape in leaves]
+
+
+def leaf_slices(original_space: gs.Space, leaf_shape: LeafShape = plain_leaf_shape) -> dict[tuple, tuple[int, tuple[int, ...]]]:
+    """Leaf path (Dict keys / Tuple indices) -> (offset, preprocessed shape) in the flat row."""
+    leaves, _ = _leaves(original_space, (), 0, leaf_shape)
+    return {path: (offset, shape) for path, _, offset, shape in leaves}
+
+
+def preprocessor_leaf_shape(model_config: Mapping[str, Any]) -> LeafShape:
+    """Leaf shape as the catalog's preprocessor emits it (one-hot, Atari pixels, Repeated...)."""
+
+    def shape(space: gs.Space) -> tuple[int, ...]:
+        from models.preprocessors import get_preprocessor
+
+        return tuple(int(d) for d in get_preprocessor(space, model_config).output_shape)
+
+    return shape
 
 
 def default_components(obs_space: Any) -> list[Component]:
     """Layout without a preprocessor: leaves of ``obs_space.original_space`` (or the space itself)."""
-    original = getattr(obs_space, "original_space", obs_space)
-    return components_from_leaves([(leaf, _plain_leaf_shape(leaf)) for leaf in _plain_leaves(original)])
+    return components_for(getattr(obs_space, "original_space", obs_space))
 
 
 def _sub_model(component: Component, config: Mapping[str, Any]) -> nn.Module:

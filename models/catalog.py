@@ -1,0 +1,149 @@
+"""The model catalog: RLlib's ``ModelCatalog.get_model_v2`` choice, built in torch.
+
+``build_model(obs_space, action_space, model_config)`` returns a module following the
+uniform contract of ``models/interface.py`` (``forward(*inputs) -> (dist_inputs, value,
+*state_out)`` and ``signature()``):
+
+    raw obs space -> preprocessor -> model obs space (flat Box with ``original_space``,
+    or the raw space under NoPreprocessor)
+    base model:   custom_model from the registry, else by the model obs space:
+                  original Dict/Tuple holding a Box with ndim >= 2 -> ComplexInputNetwork
+                  1-D Box -> FullyConnectedNetwork; 3-D Box -> VisionNetwork;
+                  anything else (top-level MultiBinary, 2-D Box) -> ComplexInputNetwork
+    wrapper:      use_lstm -> LSTMWrapper, use_attention -> AttentionWrapper,
+                  else FeedForwardPolicy. Wrapped bases are built with num_outputs=None.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium.spaces as gs
+import torch
+from torch import nn
+
+from models.config import merge_model_config
+from models.custom import get_custom_model, rllib_class_name
+from models.distributions import get_action_dist
+from models.networks.complex_input import (
+    ComplexInputNetwork,
+    components_for,
+    preprocessor_leaf_shape,
+)
+from models.networks.fcnet import FullyConnectedNetwork
+from models.networks.policy import FeedForwardPolicy
+from models.networks.visionnet import VisionNetwork
+from models.preprocessors import get_preprocessor
+
+__all__ = ["build_base_model", "build_model", "describe_model", "select_base_class"]
+
+# use_* flag -> (module, class) of the wrapper; imported lazily (they are optional extras).
+_WRAPPERS = {
+    "use_lstm": ("models.networks.lstm", "LSTMWrapper"),
+    "use_attention": ("models.networks.gtrxl", "AttentionWrapper"),
+}
+
+
+def _has_image_leaf(space: gs.Space) -> bool:
+    if isinstance(space, gs.Tuple):
+        return any(_has_image_leaf(s) for s in space.spaces)
+    if isinstance(space, gs.Dict):
+        return any(_has_image_leaf(s) for s in space.spaces.values())
+    return isinstance(space, gs.Box) and len(space.shape) >= 2
+
+
+def select_base_class(model_space: gs.Space, original_space: gs.Space) -> type[nn.Module]:
+    """RLlib's default-model rule for the (preprocessed) model obs space."""
+    if isinstance(original_space, gs.Tuple | gs.Dict) and _has_image_leaf(original_space):
+        return ComplexInputNetwork
+    if isinstance(model_space, gs.Box) and len(model_space.shape) == 1:
+        return FullyConnectedNetwork
+    if isinstance(model_space, gs.Box) and len(model_space.shape) == 3:
+        return VisionNetwork
+    return ComplexInputNetwork
+
+
+def _wrapper_flag(config: Mapping[str, Any]) -> str | None:
+    flags = [flag for flag in _WRAPPERS if config.get(flag)]
+    if len(flags) > 1:
+        raise ValueError("model_config: only one of 'use_lstm' or 'use_attention' may be true")
+    return flags[0] if flags else None
+
+
+def _base_class(model_space: gs.Space, original_space: gs.Space, config: Mapping[str, Any]) -> type[nn.Module]:
+    if config.get("custom_model"):
+        return get_custom_model(config["custom_model"])
+    return select_base_class(model_space, original_space)
+
+
+def build_base_model(
+    prep: Any, action_space: gs.Space, config: Mapping[str, Any], num_outputs: int | None
+) -> nn.Module:
+    """The base model (base-model contract) for a preprocessor's model obs space."""
+    model_space = prep.observation_space
+    cls = _base_class(model_space, prep.original_space, config)
+    if config.get("custom_model"):
+        model = cls(model_space, action_space, num_outputs, config, "model", **dict(config.get("custom_model_config") or {}))
+        _check_custom_model(model, prep.output_shape, num_outputs)
+        return model
+    if cls is ComplexInputNetwork:
+        components = components_for(prep.original_space, preprocessor_leaf_shape(config))
+        return ComplexInputNetwork(prep.output_shape, num_outputs, config, components)
+    return cls(prep.output_shape, num_outputs, config)
+
+
+def build_model(
+    obs_space: gs.Space,
+    action_space: gs.Space,
+    model_config: Mapping[str, Any] | None = None,
+    *,
+    num_outputs: int | None = None,
+) -> nn.Module:
+    """The policy model for raw ``obs_space`` / ``action_space`` (uniform contract).
+
+    ``num_outputs`` defaults to the action distribution's input size.
+    """
+    config = merge_model_config(model_config or {}, action_space)
+    prep = get_preprocessor(obs_space, config)
+    if num_outputs is None:
+        num_outputs = get_action_dist(action_space, config).num_outputs
+    flag = _wrapper_flag(config)
+    if flag is None:
+        return FeedForwardPolicy(build_base_model(prep, action_space, config, num_outputs), prep.output_shape)
+    module_name, class_name = _WRAPPERS[flag]
+    wrapper_cls = getattr(importlib.import_module(module_name), class_name)
+    base = build_base_model(prep, action_space, config, None)
+    return wrapper_cls(base, prep.observation_space, action_space, num_outputs, config)
+
+
+def describe_model(
+    obs_space: gs.Space, action_space: gs.Space, model_config: Mapping[str, Any] | None = None
+) -> str:
+    """RLlib's class name for this config, e.g. ``FullyConnectedNetwork_as_LSTMWrapper``."""
+    config = merge_model_config(model_config or {}, action_space)
+    prep = get_preprocessor(obs_space, config)
+    name = rllib_class_name(_base_class(prep.observation_space, prep.original_space, config))
+    flag = _wrapper_flag(config)
+    return name if flag is None else f"{name}_as_{_WRAPPERS[flag][1]}"
+
+
+def _check_custom_model(model: nn.Module, obs_shape: tuple[int, ...], num_outputs: int | None) -> None:
+    """One zero batch through a custom model, so a contract slip fails at build, not in serving."""
+    width = getattr(model, "num_outputs", None)
+    if not isinstance(width, int) or (num_outputs and width != num_outputs):
+        raise ValueError(
+            f"custom model {type(model).__name__}: num_outputs must be an int equal to {num_outputs} "
+            f"(or its feature width when built with None), got {width!r}"
+        )
+    with torch.no_grad():
+        result = model(torch.zeros((2, *obs_shape)))
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ValueError(f"custom model {type(model).__name__}: forward(obs) must return (out, value)")
+    out, value = result
+    if tuple(out.shape) != (2, width) or tuple(value.shape) != (2,):
+        raise ValueError(
+            f"custom model {type(model).__name__}: forward(obs (2, *{list(obs_shape)})) returned out "
+            f"{list(out.shape)} and value {list(value.shape)}; expected [2, {width}] and [2]"
+        )
