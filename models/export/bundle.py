@@ -214,6 +214,7 @@ class Bundle:
 
     root: Path
     manifest: Manifest
+    source: Path | None = None  # the archive it was unpacked from, if any
     # Keeps the extraction directory of an archive alive as long as the bundle.
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
 
@@ -269,10 +270,12 @@ def load_bundle(path_or_archive: str | os.PathLike[str], *, verify_checksums: bo
     tmp = tempfile.TemporaryDirectory(prefix="rlsb-")
     try:
         unpack_bundle(path, tmp.name)
-        return _load_dir(Path(tmp.name), verify_checksums, tmp=tmp)
+        bundle = _load_dir(Path(tmp.name), verify_checksums, tmp=tmp)
     except BaseException:
         tmp.cleanup()
         raise
+    bundle.source = path
+    return bundle
 
 
 def _load_dir(root: Path, verify: bool, tmp: tempfile.TemporaryDirectory | None) -> Bundle:

@@ -10,23 +10,47 @@ from collections.abc import Mapping
 from typing import Any
 
 PREPROCESSOR_OPTIONS = ("dim", "grayscale", "zero_mean")
+# Constructor arguments an RLlib dist_type accepts beyond the catalog's own (SAC-style bounds).
+_EXPLICIT_KWARGS = ("low", "high")
 
 
-def describe_action_dist(action_space: Any, model_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The catalog's action-distribution spec as JSON (``ActionDistSpec.from_json`` reads it)."""
+def describe_action_dist(
+    action_space: Any, model_config: Mapping[str, Any], rllib_dist: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The action-distribution spec JSON (``ActionDistSpec.from_json`` reads it).
+
+    Without ``rllib_dist`` this is the catalog's choice for the action space. With it
+    (RLlib's ``{"class": "TorchSquashedGaussian", "kwargs": {...}}``, as a fixture's
+    case.json records it), the named class is used, as RLlib's ``dist_type`` would: that is
+    how SAC/DDPG policies get SquashedGaussian/Deterministic on a Box action space.
+    """
     from models.distributions import get_action_dist
 
-    return dict(get_action_dist(action_space, dict(model_config)).to_json())
+    config = dict(model_config)
+    spec = get_action_dist(action_space, config)
+    if rllib_dist is not None and "num_outputs" in rllib_dist:
+        return dict(rllib_dist)  # already our spec JSON
+    if rllib_dist is not None and rllib_dist.get("class") != spec.name:
+        kwargs = rllib_dist.get("kwargs") or {}
+        extra = {k: kwargs[k] for k in _EXPLICIT_KWARGS if k in kwargs}
+        spec = get_action_dist(action_space, config, dist_type=str(rllib_dist["class"]), dist_kwargs=extra)
+    return dict(spec.to_json())
 
 
 def describe_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Class name, output shape/dtype and image options of the catalog's preprocessor."""
-    from models.preprocessors import get_preprocessor
-
-    prep = get_preprocessor(obs_space, dict(model_config))
+    """Class name, output shape/dtype, image options and leaf layout of the preprocessor."""
+    prep = get_preprocessor(obs_space, model_config)
     return {
-        "class": type(prep).__name__,
-        "output_shape": [int(d) for d in prep.shape],
-        "output_dtype": str(getattr(prep, "dtype", "float32")),
-        "options": {k: model_config.get(k) for k in PREPROCESSOR_OPTIONS},
+        "class": prep.name,
+        "output_shape": [int(d) for d in prep.output_shape],
+        "output_dtype": str(prep.output_dtype),
+        "size": int(prep.size),
+        "options": {k: prep.options.get(k) for k in PREPROCESSOR_OPTIONS},
+        "layout": prep.layout,
     }
+
+
+def get_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> Any:
+    from models.preprocessors import get_preprocessor as build
+
+    return build(obs_space, dict(model_config))

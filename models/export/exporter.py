@@ -82,10 +82,15 @@ def export_bundle(
     model = model.eval()
     signature = model.signature()
     say("describing spaces, preprocessor and action distribution")
+    action_dist = action_dist or describe_action_dist(action_space, model_config)
+    if int(action_dist.get("num_outputs", -1)) != signature.num_outputs:
+        raise ValueError(
+            f"action distribution {action_dist.get('class')!r} needs num_outputs="
+            f"{action_dist.get('num_outputs')}, but the model produces {signature.num_outputs}"
+        )
     manifest = _manifest_body(
         signature, obs_space, action_space, model_config, filter_state, name, version, explore,
-        action_dist or describe_action_dist(action_space, model_config),
-        preprocessor or describe_preprocessor(obs_space, model_config),
+        action_dist, preprocessor or describe_preprocessor(obs_space, model_config),
     )
     reference = dict(reference_batch) if reference_batch is not None else make_reference_inputs(
         signature, obs_space, action_space, model_config, filter_state, REFERENCE_BATCH, seed=0

@@ -72,9 +72,9 @@ def _preprocessed_samples(
     to N(0, 1) noise, which still checks the runtimes against eager torch.
     """
     try:
-        from models.preprocessors import get_preprocessor
+        from models.export.describe import get_preprocessor
 
-        prep = get_preprocessor(obs_space, dict(model_config))
+        prep = get_preprocessor(obs_space, model_config)
     except (ImportError, ValueError, NotImplementedError):
         return None
     space = copy.deepcopy(obs_space)

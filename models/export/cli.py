@@ -1,0 +1,234 @@
+"""``rlserve export`` and ``rlserve inspect``.
+
+    rlserve export --spec case.json --weights weights.npz --out DIR [--archive]
+    rlserve export --obs-space obs.json --action-space act.json --config model.json \\
+                   --weights weights.npz [--filter filter.json] --out DIR
+    rlserve inspect BUNDLE [--json] [--no-verify]
+
+Bad input (missing file, invalid JSON, space or config, weights that do not fit) exits 2
+with one line saying what is wrong; an export whose runtimes disagree with eager torch
+exits 1. ``inspect`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from models.export.errors import BundleError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class InputError(ValueError):
+    """The command line or a file it names is unusable (exit status 2)."""
+
+
+# --------------------------------------------------------------------------- export
+
+def _export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlserve export", description="Export an RLlib policy to a verified bundle.")
+    src = p.add_argument_group("what to export")
+    src.add_argument("--spec", type=Path, help="one JSON file with observation_space, action_space, "
+                     "model_config (or model_config_overrides) and optionally action_dist (a fixture case.json)")
+    src.add_argument("--obs-space", type=Path, help="observation space JSON (models.spaces schema)")
+    src.add_argument("--action-space", type=Path, help="action space JSON")
+    src.add_argument("--config", type=Path, help="model config JSON (overrides of MODEL_DEFAULTS or a full config)")
+    src.add_argument("--weights", type=Path, required=True, help="RLlib state_dict as .npz (names as RLlib's)")
+    src.add_argument("--filter", type=Path, help="frozen MeanStdFilter state JSON")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
+    out.add_argument("--archive", action="store_true", help="also write DIR.rlsb, a single-file archive")
+    out.add_argument("--formats", default="onnx,torchscript", help="comma-separated: onnx,torchscript")
+    out.add_argument("--name", help="bundle name (default: the --out directory name)")
+    out.add_argument("--version", help="bundle version (default: 1)")
+    out.add_argument("--deterministic", action="store_true", help="serve the mode by default (explore=false)")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+@dataclass
+class ExportSpec:
+    obs_space: Any
+    action_space: Any
+    model_config: dict[str, Any]
+    rllib_dist: dict[str, Any] | None
+
+
+def export_main(argv: list[str]) -> int:
+    args = _export_parser().parse_args(argv)
+    progress = Progress(sys.stderr, enabled=not args.quiet)
+    try:
+        return _export(args, progress)
+    except (InputError, BundleError, OSError) as exc:
+        # A BundleError here is a runtime disagreeing with eager torch: not the user's input.
+        code = EXIT_FAILED if isinstance(exc, BundleError) else EXIT_BAD_INPUT
+        progress.done()
+        print(f"rlserve export: error: {exc}", file=sys.stderr)
+        return code
+
+
+def _export(args: argparse.Namespace, progress: Progress) -> int:
+    formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    spec = _read_spec(args)
+    filter_state = _read_filter(args.filter) if args.filter else None
+    progress("building the model")
+    model = _build_model(spec, args.weights)
+    from models.export.describe import describe_action_dist
+    from models.export.exporter import export_bundle
+
+    try:
+        dist = describe_action_dist(spec.action_space, spec.model_config, spec.rllib_dist)
+        bundle = export_bundle(
+            model, obs_space=spec.obs_space, action_space=spec.action_space, model_config=spec.model_config,
+            out_dir=args.out, formats=formats, filter_state=filter_state, name=args.name or args.out.name,
+            version=args.version, progress=progress, explore=not args.deterministic, action_dist=dist,
+        )
+    except BundleError:
+        raise
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    archive = None
+    if args.archive:
+        from models.export.bundle import pack_bundle
+
+        progress("packing the archive")
+        archive = pack_bundle(bundle.root, args.out.with_name(args.out.name + ".rlsb"))
+    progress.done()
+    print(f"wrote {bundle.root}" + (f" and {archive}" if archive else ""))
+    return EXIT_OK
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{what}: file {str(path)!r} does not exist") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what}: {str(path)!r} is not valid JSON: {exc}") from exc
+
+
+def _read_spec(args: argparse.Namespace) -> ExportSpec:
+    from models.config import merge_model_config
+    from models.spaces import space_from_json
+
+    separate = [args.obs_space, args.action_space, args.config]
+    if args.spec is not None:
+        if any(x is not None for x in separate):
+            raise InputError("give either --spec or --obs-space/--action-space/--config, not both")
+        doc = _read_json(args.spec, "--spec")
+        if not isinstance(doc, Mapping):
+            raise InputError(f"--spec: expected a JSON object, got {type(doc).__name__}")
+        parts = {k: doc.get(k) for k in ("observation_space", "action_space")}
+        config = doc.get("model_config", doc.get("model_config_overrides", {}))
+        rllib_dist = doc.get("action_dist")
+    else:
+        if args.obs_space is None or args.action_space is None:
+            raise InputError("--obs-space and --action-space are required without --spec")
+        parts = {"observation_space": _read_json(args.obs_space, "--obs-space"),
+                 "action_space": _read_json(args.action_space, "--action-space")}
+        config = _read_json(args.config, "--config") if args.config else {}
+        rllib_dist = None
+    spaces = {}
+    for key, node in parts.items():
+        if node is None:
+            raise InputError(f"--spec: missing {key!r}")
+        try:
+            spaces[key] = space_from_json(node)
+        except ValueError as exc:
+            raise InputError(f"{key}: {exc}") from exc
+    try:
+        config = merge_model_config(config, spaces["action_space"])
+    except ValueError as exc:
+        raise InputError(f"model config: {exc}") from exc
+    return ExportSpec(spaces["observation_space"], spaces["action_space"], config, rllib_dist)
+
+
+def _read_filter(path: Path) -> dict[str, Any]:
+    """Validate the filter state by rebuilding the filter; store what it serialises to."""
+    from models.filters import MeanStdFilter
+
+    data = _read_json(path, "--filter")
+    try:
+        return dict(MeanStdFilter.from_json(data).to_json())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"--filter: {str(path)!r} is not a MeanStdFilter state: {exc}") from exc
+
+
+def _build_model(spec: ExportSpec, weights: Path):
+    from models.catalog import build_model
+    from models.rllib_import import load_rllib_weights, read_weights_file
+
+    try:
+        model = build_model(spec.obs_space, spec.action_space, spec.model_config)
+    except (ValueError, NotImplementedError) as exc:
+        raise InputError(f"cannot build the model: {exc}") from exc
+    if not weights.is_file():
+        raise InputError(f"--weights: file {str(weights)!r} does not exist")
+    try:
+        load_rllib_weights(model, read_weights_file(weights))
+    except ValueError as exc:
+        raise InputError(f"--weights: {exc}") from exc
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- progress
+
+class Progress:
+    """Export progress on stderr: one rewritten line on a terminal, plain lines otherwise."""
+
+    def __init__(self, stream: TextIO, enabled: bool = True) -> None:
+        self.stream, self.enabled = stream, enabled
+        self.tty = enabled and stream.isatty()
+        self.start = time.monotonic()
+        self._open = False
+
+    def __call__(self, message: str) -> None:
+        if not self.enabled:
+            return
+        line = f"[{time.monotonic() - self.start:6.1f}s] {message}"
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+            self._open = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+# --------------------------------------------------------------------------- inspect
+
+def _inspect_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlserve inspect", description="Print a bundle's manifest readably.")
+    p.add_argument("bundle", type=Path, help="bundle directory or .rlsb archive")
+    p.add_argument("--json", action="store_true", help="print the manifest JSON as stored")
+    p.add_argument("--no-verify", action="store_true", help="skip the checksum verification")
+    return p
+
+
+def inspect_main(argv: list[str]) -> int:
+    args = _inspect_parser().parse_args(argv)
+    from models.export.bundle import load_bundle
+    from models.export.report import format_manifest
+
+    try:
+        bundle = load_bundle(args.bundle, verify_checksums=not args.no_verify)
+    except BundleError as exc:
+        print(f"rlserve inspect: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(bundle.manifest.data, indent=2))
+    else:
+        print(format_manifest(bundle, verified=not args.no_verify))
+    return EXIT_OK

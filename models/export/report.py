@@ -1,0 +1,141 @@
+"""A bundle's manifest as readable text, for ``rlserve inspect`` (torch-free)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from models.export.bundle import Bundle
+
+_SEP = "-" * 72
+
+
+def format_manifest(bundle: Bundle, verified: bool = True) -> str:
+    m = bundle.manifest
+    sections = [
+        _header(bundle, verified),
+        _spaces(m.data),
+        _preprocessing(m.data),
+        _dist(m.data),
+        _config_diff(m.model_config),
+        _signature(m.data["signature"]),
+        _runtimes(m.data),
+        _files(m.files),
+        _reference(m.reference),
+    ]
+    return f"\n{_SEP}\n".join(sections)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _header(bundle: Bundle, verified: bool) -> str:
+    m = bundle.manifest
+    check = "all sha256 checksums verified" if verified else "checksums NOT verified (--no-verify)"
+    return "\n".join([
+        f"bundle      {m.name} (version {m.version})",
+        f"path        {bundle.source or bundle.root}",
+        f"format      {m.data['format']} v{m.format_version}, created {m.created_at}",
+        f"explore     {str(m.explore).lower()} (default for requests that do not say)",
+        f"integrity   {check}",
+    ])
+
+
+def _spaces(data: dict[str, Any]) -> str:
+    from models.spaces import space_from_json
+
+    lines = []
+    for key, label in (("observation_space", "observation space"), ("action_space", "action space")):
+        lines.append(f"{label}: {space_from_json(data[key])!r}")
+        lines.append(f"  json: {_compact(data[key])}")
+    return "\n".join(lines)
+
+
+def _preprocessing(data: dict[str, Any]) -> str:
+    prep = data["preprocessor"]
+    shape = tuple(prep.get("output_shape", ()))
+    options = " ".join(f"{k}={v}" for k, v in (prep.get("options") or {}).items())
+    lines = [f"preprocessor: {prep.get('class')} -> {shape} {prep.get('output_dtype', '')}  ({options})"]
+    filt = data.get("filter")
+    if filt is None:
+        lines.append("filter: none")
+    else:
+        summary = {k: v for k, v in filt.items() if not isinstance(v, list | dict)}
+        lines.append(f"filter: frozen {filt.get('type', filt.get('class', 'MeanStdFilter'))} {_compact(summary)}")
+    return "\n".join(lines)
+
+
+def _dist(data: dict[str, Any]) -> str:
+    dist = data["action_dist"]
+    lines = [f"action distribution: {dist.get('class')}  num_outputs={data['num_outputs']}"]
+    kwargs = {k: v for k, v in (dist.get("kwargs") or {}).items() if k != "child_distributions"}
+    if kwargs:
+        lines.append(f"  kwargs: {_compact(kwargs)}")
+    for i, child in enumerate((dist.get("kwargs") or {}).get("child_distributions", [])):
+        lines.append(f"  child {i}: {child.get('class')} num_outputs={child.get('num_outputs')}")
+    return "\n".join(lines)
+
+
+def _config_diff(config: dict[str, Any]) -> str:
+    try:
+        from models.config import MODEL_DEFAULTS
+    except ImportError:  # pragma: no cover - config ships with models
+        MODEL_DEFAULTS = {}
+    changed = {k: v for k, v in config.items() if MODEL_DEFAULTS.get(k, object()) != v}
+    if not changed:
+        return "model config: MODEL_DEFAULTS (no changes)"
+    lines = ["model config (keys that differ from MODEL_DEFAULTS):"]
+    for key in sorted(changed):
+        default = MODEL_DEFAULTS.get(key, "<not a default key>")
+        lines.append(f"  {key} = {_compact(changed[key])}   (default {_compact(default)})")
+    return "\n".join(lines)
+
+
+def _signature(sig: dict[str, Any]) -> str:
+    obs = tuple(sig["obs_shape"])
+    prev = sig.get("prev", {})
+    window = lambda n: f"{n}, " if prev.get("windowed") else ""  # noqa: E731
+    shapes = {"obs": f"(B, {', '.join(map(str, obs))})"}
+    for i, s in enumerate(sig.get("state", [])):
+        dims = ", ".join(map(str, s["shape"]))
+        shapes[f"state_in_{i}"] = f"(B, {dims})  {s['name']}, {s.get('dtype', 'float32')}, initial {s.get('initial_value', 0.0)}"
+        shapes[f"state_out_{i}"] = f"(B, {dims})"
+    shapes["prev_actions"] = f"(B, {window(prev.get('n_prev_actions'))}{prev.get('action_width')}) flattened actions"
+    shapes["prev_rewards"] = f"(B, {prev.get('n_prev_rewards')})" if prev.get("windowed") else "(B,)"
+    shapes["dist_inputs"] = f"(B, {sig['num_outputs']})"
+    shapes["value"] = "(B,)"
+    lines = ["model signature (B = batch, dynamic):", "  inputs:"]
+    lines += [f"    {n:<13} {shapes.get(n, '')}" for n in sig["input_names"]]
+    lines.append("  outputs:")
+    lines += [f"    {n:<13} {shapes.get(n, '')}" for n in sig["output_names"]]
+    kind = "recurrent/attention state per session" if sig.get("state") else "stateless"
+    lines.append(f"  {kind}; prev actions: {prev.get('n_prev_actions', 0)}, prev rewards: {prev.get('n_prev_rewards', 0)}")
+    return "\n".join(lines)
+
+
+def _runtimes(data: dict[str, Any]) -> str:
+    lines = ["runtimes:"]
+    for kind, info in data["runtimes"].items():
+        details = ", ".join(f"{k}={v}" for k, v in info.items() if k != "file")
+        lines.append(f"  {kind:<12} {info['file']:<14} {details}")
+    producer = data.get("producer") or {}
+    if producer:
+        lines.append("exported with: " + ", ".join(f"{k} {v}" for k, v in producer.items()))
+    return "\n".join(lines)
+
+
+def _files(files: dict[str, dict[str, Any]]) -> str:
+    lines = ["files:"]
+    for name, entry in sorted(files.items()):
+        lines.append(f"  {name:<14} {entry.get('bytes', '?'):>10} bytes  sha256 {entry.get('sha256')}")
+    return "\n".join(lines)
+
+
+def _reference(ref: dict[str, Any]) -> str:
+    diffs = ", ".join(f"{k} {v:.2g}" for k, v in (ref.get("max_abs_diff") or {}).items())
+    return (
+        f"reference: {ref.get('file')} (batch {ref.get('batch_size')}), verified at export for batch sizes "
+        f"{ref.get('checked_batch_sizes')} with rtol={ref.get('rtol')} atol={ref.get('atol')}; "
+        f"max |runtime - eager|: {diffs or 'n/a'}"
+    )
