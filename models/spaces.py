@@ -361,7 +361,7 @@ def _tuple(node: Mapping[str, Any], path: str) -> gs.Tuple:
     children = _require(node, "spaces", path)
     if not isinstance(children, list):
         raise ValueError(f"{path}.spaces: expected a list of spaces, got {type(children).__name__}")
-    return gs.Tuple([_decode(child, f"{path}[{i}]") for i, child in enumerate(children)])
+    return gs.Tuple([_decode(child, f"{path}.spaces[{i}]") for i, child in enumerate(children)])
 
 
 @_decoder("Dict")
@@ -373,7 +373,7 @@ def _dict(node: Mapping[str, Any], path: str) -> gs.Dict:
     if sorted(keys) != sorted(children.keys()):
         raise ValueError(f"{path}.keys: {keys} does not match the keys of 'spaces' {list(children)}")
     # A list of pairs keeps the recorded order (gymnasium would sort a plain dict).
-    return gs.Dict([(k, _decode(children[k], f"{path}.{k}")) for k in keys])
+    return gs.Dict([(k, _decode(children[k], f"{path}.spaces.{k}")) for k in keys])
 
 
 @_decoder("Repeated")
