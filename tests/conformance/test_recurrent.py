@@ -16,6 +16,7 @@ import pytest
 import torch
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
+from models.catalog import build_model, describe_model
 from models.rllib_import import load_rllib_weights
 from models.spaces import space_from_json
 
@@ -37,32 +38,17 @@ CASES = _case_names_of_kind(*RECURRENT_KINDS)
 LSTM_CASES = _case_names_of_kind("lstm")
 
 
+def _spaces(case: OracleCase):
+    return space_from_json(case.meta["observation_space"]), space_from_json(
+        case.meta["action_space"]
+    )
+
+
 def _build(case: OracleCase) -> torch.nn.Module:
-    """The model as the catalog builds it, with RLlib's weights loaded."""
-    meta = case.meta
-    obs_space = space_from_json(meta["observation_space"])
-    action_space = space_from_json(meta["action_space"])
-    try:
-        from models.catalog import build_model
-    except ImportError:  # the catalog lands separately; until then wrap FCNet by hand
-        model = _build_without_catalog(case)
-    else:
-        model = build_model(obs_space, action_space, meta["model_config"])
+    """The model as the catalog builds it from the raw spaces, with RLlib's weights loaded."""
+    model = build_model(*_spaces(case), case.meta["model_config"])
     load_rllib_weights(model, case.weights)
     return model.eval()
-
-
-def _build_without_catalog(case: OracleCase) -> torch.nn.Module:
-    from models.networks.fcnet import FullyConnectedNetwork
-    from models.networks.gtrxl import AttentionWrapper
-    from models.networks.lstm import LSTMWrapper
-
-    meta = case.meta
-    obs_space = space_from_json(meta["model_obs_space"])
-    action_space = space_from_json(meta["action_space"])
-    base = FullyConnectedNetwork(obs_space, None, meta["model_config"])
-    wrapper = LSTMWrapper if case.kind == "lstm" else AttentionWrapper
-    return wrapper(base, obs_space, action_space, meta["num_outputs"], meta["model_config"])
 
 
 def _prev_inputs(case: OracleCase, sig, t: int) -> list[torch.Tensor]:
@@ -108,6 +94,7 @@ def lstm_case(request) -> OracleCase:
 
 
 def test_signature_matches_recorded_state(case):
+    assert describe_model(*_spaces(case), case.meta["model_config"]) == case.meta["model_class"]
     sig = _build(case).signature()
     state = case.meta["state"]
     assert len(sig.state) == state["num_state_tensors"]
