@@ -25,8 +25,9 @@ def dirichlet_log_prob(conc: np.ndarray, value: np.ndarray) -> np.ndarray:
     """torch Dirichlet.log_prob over the last axis, float32, same op order."""
     conc = as_f32(conc)
     term = np.sum(xlogy32(conc - F32(1.0), value), axis=-1, dtype=F32)
-    norm = (lgamma32(np.sum(conc, axis=-1, dtype=F32)) - np.sum(lgamma32(conc), axis=-1, dtype=F32))
-    return (term + norm.astype(F32)).astype(F32)
+    # Left to right as torch: the terms are ~1e8 for large concentrations and cancel.
+    out = (term + lgamma32(np.sum(conc, axis=-1, dtype=F32))).astype(F32)
+    return (out - np.sum(lgamma32(conc), axis=-1, dtype=F32)).astype(F32)
 
 
 def dirichlet_entropy(conc: np.ndarray) -> np.ndarray:
