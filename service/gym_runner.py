@@ -1,0 +1,103 @@
+"""Run gymnasium episodes against a served policy.
+
+Several environments step in lock-step and share one batched act call per step
+(``act_batch`` with one session per environment), the way a vectorised simulator would
+talk to the service. Each environment's episode is one server session, so recurrent
+state lives on the server; ``reset_state_every_step`` marks every step as an episode
+start, which zeroes that state (the control experiment for memory policies).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from service.client import PolicyClient
+
+
+@dataclass
+class EpisodeStats:
+    returns: list[float]
+    lengths: list[int]
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+
+def _jsonable(observation: object) -> object:
+    if isinstance(observation, np.ndarray):
+        return observation.tolist()
+    if isinstance(observation, dict):
+        return {k: _jsonable(v) for k, v in observation.items()}
+    if isinstance(observation, tuple | list):
+        return [_jsonable(v) for v in observation]
+    if isinstance(observation, np.generic):
+        return observation.item()
+    return observation
+
+
+def run_episodes(
+    client: PolicyClient,
+    make_env: Callable[[], gym.Env],
+    episodes: int,
+    *,
+    parallel: int = 1,
+    seed: int = 0,
+    explore: bool = False,
+    reset_state_every_step: bool = False,
+    max_steps: int = 10_000,
+) -> EpisodeStats:
+    """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns."""
+    if episodes < 1 or parallel < 1:
+        raise ValueError(f"episodes and parallel must be >= 1, got {episodes} and {parallel}")
+    stats = EpisodeStats(returns=[], lengths=[])
+    next_seed = seed
+    while len(stats.returns) < episodes:
+        n = min(parallel, episodes - len(stats.returns))
+        envs = [make_env() for _ in range(n)]
+        try:
+            returns, lengths = _play_group(client, envs, list(range(next_seed, next_seed + n)),
+                                           explore, reset_state_every_step, max_steps)
+        finally:
+            for env in envs:
+                env.close()
+        next_seed += n
+        stats.returns.extend(returns)
+        stats.lengths.extend(lengths)
+    return stats
+
+
+def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], explore: bool,
+                reset_every_step: bool, max_steps: int) -> tuple[list[float], list[int]]:
+    n = len(envs)
+    observations = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
+    session_ids = [f"run-{uuid.uuid4().hex[:12]}-{i}" for i in range(n)]
+    returns, lengths = [0.0] * n, [0] * n
+    rewards: list[float | None] = [None] * n
+    done = [False] * n
+    for step in range(max_steps):
+        live = [i for i in range(n) if not done[i]]
+        if not live:
+            break
+        result = client.act_batch(
+            [_jsonable(observations[i]) for i in live],
+            session_ids=[session_ids[i] for i in live],
+            episode_starts=[step == 0 or reset_every_step for _ in live],
+            rewards=[None if step == 0 or reset_every_step else rewards[i] for i in live],
+            seeds=[seeds[i] for i in live],
+            explore=explore,
+        )
+        for i, action in zip(live, result.actions, strict=True):
+            observations[i], reward, terminated, truncated, _ = envs[i].step(action)
+            rewards[i] = float(reward)
+            returns[i] += float(reward)
+            lengths[i] += 1
+            if terminated or truncated:
+                done[i] = True
+                client.end_session(session_ids[i])
+    return returns, lengths
