@@ -39,6 +39,7 @@ class Job:
     rows: int
     keys: frozenset[str] = frozenset()  # session ids; jobs sharing one never share a batch
     enqueued: float = field(default_factory=time.perf_counter)
+    queue_s: float = 0.0  # set when its batch starts
     future: asyncio.Future | None = None
 
 
@@ -98,15 +99,20 @@ class Batcher:
 
     # ------------------------------------------------------------------ client side
 
-    async def submit(self, job: Job) -> tuple[Any, BatchInfo]:
-        """Queue ``job`` and wait for (result, batch info); raises its ``ServiceError``."""
+    def check_capacity(self, rows: int) -> None:
+        """Raise 503 now if ``rows`` more rows would overflow the queue (or it is closed)."""
         if self._closed:
             raise NotReady(f"model {self.name} is being unloaded")
-        if self._rows_queued + job.rows > self.queue_limit and self._rows_queued:
+        # A lone request larger than the limit still runs: it is one runtime call anyway.
+        if self._rows_queued + rows > self.queue_limit and self._rows_queued:
             raise QueueFull(
                 f"model {self.name}: {self._rows_queued} rows queued (limit {self.queue_limit}); retry later",
                 headers={"Retry-After": str(self.retry_after_s)},
             )
+
+    async def submit(self, job: Job) -> tuple[Any, BatchInfo]:
+        """Queue ``job`` and wait for (result, batch info); raises its ``ServiceError``."""
+        self.check_capacity(job.rows)
         loop = asyncio.get_running_loop()
         self._ensure_worker(loop)
         job.future = loop.create_future()
@@ -194,6 +200,8 @@ class Batcher:
 
     async def _execute(self, batch: list[Job]) -> None:
         started = time.perf_counter()
+        for job in batch:
+            job.queue_s = started - job.enqueued
         payloads = [job.payload for job in batch]
         rows = sum(job.rows for job in batch)
         try:
@@ -212,7 +220,7 @@ class Batcher:
         finished = time.perf_counter()
         batch_id = next(_batch_ids)
         for job, result in zip(batch, results, strict=True):
-            info = BatchInfo(batch_id, rows, len(batch), started - job.enqueued, finished - started)
+            info = BatchInfo(batch_id, rows, len(batch), job.queue_s, finished - started)
             if isinstance(result, ServiceError):
                 self._fail(job, result)
             elif job.future is not None and not job.future.done():

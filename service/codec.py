@@ -256,8 +256,52 @@ def _(space: gs.Dict, values: list[Any]) -> dict:
 
 @functools.singledispatch
 def encode_batch(space: gs.Space, batched: Any) -> list[Any]:
-    """One JSON value per row of a batched structure of ``space``."""
-    return np.asarray(batched).tolist()
+    """One env-space JSON value per row of a model-space batch of ``space``.
+
+    Model space is what distributions return: Discrete/MultiDiscrete indices from 0 and
+    integer-Box indices from 0; env space adds ``start`` / ``min(low)`` back (the same
+    convention as ``models.distributions.actions.actions_to_json``, vectorised: one
+    ``tolist`` per leaf instead of a Python walk per row).
+    """
+    arr = np.asarray(batched)
+    if arr.dtype.kind == "f":
+        # JSON has no NaN/inf; the space-JSON convention spells them as strings.
+        if not np.all(np.isfinite(arr)):
+            return np.vectorize(_float_json, otypes=[object])(arr.astype(np.float64)).tolist()
+        return arr.tolist()
+    return arr.astype(np.int64).tolist()
+
+
+def _float_json(x: float) -> float | str:
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+@encode_batch.register
+def _(space: gs.Discrete, batched: Any) -> list[Any]:
+    return (np.asarray(batched, dtype=np.int64) + int(space.start)).tolist()
+
+
+@encode_batch.register
+def _(space: gs.MultiDiscrete, batched: Any) -> list[Any]:
+    return (np.asarray(batched, dtype=np.int64) + space.start.astype(np.int64)).tolist()
+
+
+@encode_batch.register
+def _(space: gs.Box, batched: Any) -> list[Any]:
+    if np.dtype(space.dtype).name.startswith("int"):  # RLlib's integer-Box test (uint8 is not)
+        return (np.asarray(batched, dtype=np.int64) + int(np.min(space.low))).tolist()
+    if np.dtype(space.dtype).kind in "iub":
+        return np.asarray(batched).astype(np.int64).tolist()
+    return encode_batch.dispatch(object)(space, batched)
+
+
+@encode_batch.register
+def _(space: gs.MultiBinary, batched: Any) -> list[Any]:
+    return np.asarray(batched).astype(np.int64).tolist()
 
 
 @encode_batch.register

@@ -71,12 +71,20 @@ class InvalidJSON(ServiceError):
     status, code = 400, "invalid_json"
 
 
+class PathOutsideRepository(ServiceError):
+    status, code = 400, "path_outside_repository"
+
+
 class Unauthorized(ServiceError):
     status, code = 401, "unauthorized"
 
 
 class Forbidden(ServiceError):
     status, code = 403, "forbidden"
+
+
+class MethodNotAllowed(ServiceError):
+    status, code = 405, "method_not_allowed"
 
 
 class NotFound(ServiceError):
@@ -97,6 +105,10 @@ class AdminDisabled(ServiceError):
 
 class SessionConflict(ServiceError):
     status, code = 409, "session_conflict"
+
+
+class VersionConflict(ServiceError):
+    status, code = 409, "version_conflict"
 
 
 class SessionExpired(ServiceError):

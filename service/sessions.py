@@ -36,7 +36,6 @@ class Session:
     steps: int = 0
     inflight: int = 0  # requests accepted but not answered; such a session is never evicted
     ended: bool = False
-    needs_reset: bool = True  # a new slot starts from the initial state on its first step
     version: str = field(default="")
 
 
@@ -131,8 +130,7 @@ class SessionStore:
         return session
 
     def restart(self, session: Session, seed: int | None) -> None:
-        """A new episode in an existing session: reset its slot on the next step, reseed."""
-        session.needs_reset = True
+        """A new episode in an existing session: reseed (the step itself resets the slot)."""
         session.steps = 0
         if seed is not None:
             session.seed, session.rng = seed, _rng(seed)

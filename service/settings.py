@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     runtime: RuntimeName = "auto"  # auto: the bundle's ONNX file if present, else TorchScript
     intra_op_threads: int = Field(1, ge=0)  # 0 lets ONNX Runtime / torch choose
     use_gpu: bool = True  # use CUDA when the runtime offers it
-    default_explore: bool = True
+    default_explore: bool | None = None  # None: each bundle's own 'explore' setting
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)

@@ -63,10 +63,11 @@ class ActResponse(msgspec.Struct, omit_defaults=True):
     version: str
     action: Any = msgspec.UNSET
     actions: list[Any] | msgspec.UnsetType = msgspec.UNSET
-    logp: float | list[float | None] | None = None
-    value: float | list[float] | msgspec.UnsetType = msgspec.UNSET
+    # Single form: a number per field; batch form: a list with one entry per row.
+    logp: Any = None
+    value: Any = msgspec.UNSET
     entropy: Any = msgspec.UNSET
-    dist_inputs: list[float] | list[list[float]] | msgspec.UnsetType = msgspec.UNSET
+    dist_inputs: Any = msgspec.UNSET
     session_id: str | None | msgspec.UnsetType = msgspec.UNSET
     session_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
     explore: bool = False

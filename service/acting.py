@@ -1,0 +1,174 @@
+"""The act use case, framework-free: body bytes in, response bytes out.
+
+    decode + normalise rows ─► resolve sessions (read-only) ─► policy.prepare (validate)
+      ─► bind sessions (create / restart / in-flight count) ─► batcher ─► encode
+
+Nothing mutates session state until every row validated; a request that fails
+validation leaves all sessions as they were. Both the raw ASGI hot path and the
+documented FastAPI route call ``ActService.act``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from service import codec
+from service.batcher import BatchInfo, Job
+from service.errors import BadRequest, NotReady, SessionConflict
+from service.metrics import Metrics
+from service.policy import Policy, Step, StepOutput
+from service.registry import ModelEntry, ModelRegistry
+from service.sessions import Session, validate_session_id
+from service.wire import ActRequest, Rows, decode_request, to_rows
+
+_ENCODER = msgspec.json.Encoder()
+
+
+@dataclass
+class _Binding:
+    """What a request does to sessions once it validated."""
+
+    existing: list[tuple[int, Session]]  # (row, live session)
+    new: list[tuple[int, str]]  # (row, id to create)
+
+
+class ActService:
+    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
+        self.registry = registry
+        self.metrics = metrics
+
+    async def act(self, name: str, version: str | None, body: bytes) -> bytes:
+        started = time.perf_counter()
+        req = decode_request(body)
+        rows = to_rows(req)
+        entry = self.registry.entry(name)
+        policy, binding = self._resolve(entry, version, rows)
+        if policy.batcher is None:
+            raise NotReady(f"model {policy.key} is not serving yet")
+        step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs))
+        policy.batcher.check_capacity(step.rows)  # before sessions change
+        sessions = self._bind(policy, rows, binding, step)
+        keys = frozenset(s.id for s in sessions if s is not None)
+        try:
+            output, info = await policy.batcher.submit(Job(step, step.rows, keys))
+        finally:
+            self._release(policy, sessions)
+        payload = self._response(policy, req, rows, step, output, info)
+        if self.metrics is not None:
+            self.metrics.request_latency.labels(name, "act").observe(time.perf_counter() - started)
+        return _ENCODER.encode(payload)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _resolve(self, entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, _Binding]:
+        """Which policy serves the request and which sessions it touches (no mutation)."""
+        binding = _Binding([], [])
+        seen: set[str] = set()
+        bound: Policy | None = None
+        for row, session_id in enumerate(rows.session_ids):
+            if session_id is None:
+                continue
+            field = "session_id" if rows.single else f"session_ids[{row}]"
+            validate_session_id(session_id)
+            if session_id in seen:
+                raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
+                                 field=field, received=session_id)
+            seen.add(session_id)
+            if rows.episode_starts[row] and not entry.is_live(session_id):
+                binding.new.append((row, session_id))
+                continue
+            policy, session = entry.find_session(session_id)
+            entry.check_pinned(policy, version, session_id)
+            if bound is not None and policy is not bound:
+                raise SessionConflict(
+                    f"{field}: sessions of one request must share a model version; {session_id!r} is on "
+                    f"{policy.version!r}, others on {bound.version!r}",
+                    field=field, expected=bound.version, received=policy.version)
+            bound = policy
+            binding.existing.append((row, session))
+        return (bound or entry.policy(version)), binding
+
+    def _bind(self, policy: Policy, rows: Rows, binding: _Binding, step: Step) -> list[Session | None]:
+        """Apply the request to sessions (now that it validated) and pin them in flight."""
+        store = policy.sessions
+        sessions: list[Session | None] = [None] * len(rows)
+        for row, session in binding.existing:
+            if rows.episode_starts[row]:
+                store.restart(session, rows.seeds[row])
+            sessions[row] = session
+        for row, session_id in binding.new:
+            sessions[row] = store.create(session_id, rows.seeds[row])
+            step.reset[row] = True
+        rngs = []
+        for session in sessions:
+            if session is not None:
+                session.inflight += 1
+                store.touch(session)
+            rngs.append(None if session is None else session.rng)
+        step.sessions = sessions
+        step.rngs = rngs
+        return sessions
+
+    @staticmethod
+    def _release(policy: Policy, sessions: list[Session | None]) -> None:
+        store = policy.sessions
+        for session in sessions:
+            if session is not None:
+                session.steps += 1
+                store.touch(session)
+                store.release(session)
+
+    # ------------------------------------------------------------------ response
+
+    def _response(self, policy: Policy, req: ActRequest, rows: Rows, step: Step,
+                  output: StepOutput, info: BatchInfo) -> dict[str, Any]:
+        space = policy.pipeline.action_space
+        actions = output.actions
+        if req.unsquash_actions:
+            actions = policy.pipeline.unsquash(actions)
+        if req.clip_actions:
+            actions = policy.pipeline.clip(actions)
+        encoded = codec.encode_batch(space, actions)
+        payload: dict[str, Any] = {"model": policy.name, "version": policy.version, "explore": step.explore}
+        single = rows.single
+        payload["action" if single else "actions"] = encoded[0] if single else encoded
+        payload["logp"] = _column(output.logp, single)
+        if output.value is not None:
+            payload["value"] = _column(output.value, single)
+        if "entropy" in step.extras:
+            payload["entropy"] = _column(output.entropy, single)
+        if output.dist_inputs is not None:
+            payload["dist_inputs"] = _column(output.dist_inputs, single)
+        if any(s is not None for s in step.sessions):
+            ids = [None if s is None else s.id for s in step.sessions]
+            payload["session_id" if single else "session_ids"] = ids[0] if single else ids
+        if req.debug:
+            payload["debug"] = {
+                "batch_id": info.batch_id, "batch_rows": info.rows, "batch_requests": info.requests,
+                "queue_ms": round(info.queue_s * 1e3, 4), "run_ms": round(info.run_s * 1e3, 4),
+            }
+        return payload
+
+
+def _column(values: np.ndarray | None, single: bool) -> Any:
+    """Per-row floats as JSON (None where undefined); the single form unwraps the row."""
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        listed = np.where(np.isfinite(arr), arr, np.nan).tolist()
+        listed = _nan_to_none(listed)
+    else:
+        listed = arr.tolist()
+    return listed[0] if single else listed
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return None if value != value else value

@@ -1,0 +1,122 @@
+"""The act routes: a raw ASGI hot path plus the FastAPI routes that document it.
+
+FastAPI's routing, dependency and response machinery costs ~200 us per request, more
+than a small policy's whole step. ``RawActHandler`` answers ``POST /v1/models/{name}/act``
+and ``POST /v1/models/{name}/versions/{version}/act`` straight from the ASGI scope with
+msgspec; the app dispatches to it before FastAPI's router. The FastAPI routes below are
+the same endpoints for OpenAPI (and serve them when the hot path is turned off); both
+call ``ActService.act``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import msgspec
+from fastapi import APIRouter, Request, Response
+
+from service.acting import ActService
+from service.errors import InternalError, PayloadTooLarge, ServiceError
+from service.metrics import Metrics
+from service.wire import ActRequest, ActResponse
+
+log = logging.getLogger("rlserve.api")
+
+ACT_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/act$")
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class RawActHandler:
+    """ASGI callable for the act routes; ``match(scope)`` says whether it applies."""
+
+    def __init__(self, service: ActService, metrics: Metrics | None, max_body_bytes: int):
+        self.service = service
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    @staticmethod
+    def match(scope: dict[str, Any]) -> re.Match[str] | None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        path = scope["path"]
+        if not path.endswith("/act"):
+            return None
+        return ACT_PATH.match(path)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
+        try:
+            body = await self._read_body(receive)
+            payload = await self.service.act(match["name"], match["version"], body)
+            status, headers = 200, _JSON_HEADERS
+        except ServiceError as exc:
+            status, payload, headers = self._error(exc)
+        except Exception as exc:  # never let one request take the worker down
+            log.exception("act failed")
+            status, payload, headers = self._error(InternalError(f"internal error: {type(exc).__name__}"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _read_body(self, receive: Any) -> bytes:
+        message = await receive()
+        body = message.get("body", b"")
+        if not message.get("more_body", False):
+            return body
+        chunks = [body]
+        size = len(body)
+        while message.get("more_body", False):
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes",
+                                      expected=self.max_body_bytes, received=size)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _error(self, exc: ServiceError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        if self.metrics is not None:
+            self.metrics.error(exc.code, exc.status)
+        headers = _JSON_HEADERS + [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+        return exc.status, exc.body(), headers
+
+
+# --------------------------------------------------------------------------- documented routes
+
+def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+    (request, response), components = msgspec.json.schema_components(
+        [ActRequest, ActResponse], ref_template="#/components/schemas/{name}")
+    return {"request": request, "response": response}, components
+
+
+ACT_SCHEMAS, ACT_COMPONENTS = _schemas()
+_OPENAPI_EXTRA = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": ACT_SCHEMAS["request"]}}},
+    "responses": {"200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}},
+}
+_ERRORS = {code: {"description": why, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+           for code, why in {400: "Malformed request", 404: "Unknown model, version or session",
+                             409: "Session bound to another version", 410: "Session expired or ended",
+                             422: "Input does not fit the model's spaces, or every action masked",
+                             503: "Queue full (see Retry-After)"}.items()}
+
+router = APIRouter(tags=["act"])
+
+
+def _service(request: Request) -> ActService:
+    return request.app.state.act_service
+
+
+@router.post("/v1/models/{name}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
+             summary="Act on one observation or a batch (current version, or a session's version)")
+async def act(name: str, request: Request) -> Response:
+    body = await request.body()
+    return Response(await _service(request).act(name, None, body), media_type="application/json")
+
+
+@router.post("/v1/models/{name}/versions/{version}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
+             summary="Act with a pinned model version")
+async def act_pinned(name: str, version: str, request: Request) -> Response:
+    body = await request.body()
+    return Response(await _service(request).act(name, version, body), media_type="application/json")

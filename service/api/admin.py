@@ -1,0 +1,136 @@
+"""Admin API: list, load (repository path or uploaded archive), unload, metadata.
+
+Disabled (404 ``admin_disabled``) unless ``RLSERVE_ADMIN_TOKEN`` is set; then every call
+needs ``Authorization: Bearer <token>`` (401 without it, 403 with a wrong one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from service.errors import (
+    AdminDisabled,
+    BadRequest,
+    Forbidden,
+    PathOutsideRepository,
+    PayloadTooLarge,
+    Unauthorized,
+)
+from service.registry import ARCHIVE_SUFFIX, ModelRegistry, load_policy
+from service.schemas import Loaded, LoadFromPath, Unloaded
+
+
+def require_admin(request: Request) -> None:
+    token = request.app.state.settings.admin_token
+    if token is None:
+        raise AdminDisabled("the admin API is disabled: set RLSERVE_ADMIN_TOKEN to enable it")
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise Unauthorized("admin API: send 'Authorization: Bearer <token>'", field="Authorization",
+                           headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise Forbidden("admin API: wrong token", field="Authorization")
+
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+
+
+def _registry(request: Request) -> ModelRegistry:
+    return request.app.state.registry
+
+
+@router.get("/models", summary="Every loaded version with runtime, sessions and bundle path")
+async def list_loaded(request: Request) -> dict[str, Any]:
+    registry = _registry(request)
+    models = []
+    for entry in registry.entries.values():
+        for version, policy in entry.versions.items():
+            models.append({"name": entry.name, "version": version, "current": version == entry.current,
+                           "runtime": policy.runtime.describe(), "active_sessions": len(policy.sessions),
+                           "queued_rows": policy.batcher.queued_rows if policy.batcher else 0,
+                           "bundle": str(policy.bundle.root)})
+    return {"models": models, "failed_to_load": registry.failures,
+            "repository": str(request.app.state.repository)}
+
+
+@router.get("/models/{name}/versions/{version}", summary="Full metadata of one version, files included")
+async def admin_metadata(name: str, version: str, request: Request) -> dict[str, Any]:
+    policy = _registry(request).entry(name).policy(version)
+    manifest = policy.bundle.manifest
+    return {**policy.metadata(), "bundle": str(policy.bundle.root), "files": manifest.files,
+            "runtimes": {k: v.info for k, v in manifest.runtimes.items()}}
+
+
+@router.post("/models", status_code=201, response_model=Loaded,
+             summary="Load a bundle: JSON {'path': ...} inside the repository, or an .rlsb archive as the body "
+                     "(Content-Type: application/octet-stream)",
+             openapi_extra={"requestBody": {"content": {
+                 "application/json": {"schema": LoadFromPath.model_json_schema()},
+                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def load(request: Request) -> JSONResponse:
+    state = request.app.state
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/octet-stream":
+        policy = await _load_upload(request)
+    elif content_type in ("application/json", ""):
+        try:
+            body = LoadFromPath.model_validate_json(await request.body())
+        except ValueError as exc:
+            raise BadRequest(f"expected {{\"path\": \"...\"}}: {exc}", field="path") from None
+        path = resolve_in_repository(state.repository, body.path)
+        policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics)
+    else:
+        raise BadRequest("send JSON {\"path\": ...} or an archive as application/octet-stream",
+                         field="Content-Type", expected=["application/json", "application/octet-stream"],
+                         received=content_type)
+    _registry(request).add(policy)  # 409 if that version is loaded; the old one keeps serving
+    return JSONResponse(Loaded(name=policy.name, version=policy.version, current=True).model_dump(), status_code=201)
+
+
+async def _load_upload(request: Request):
+    state = request.app.state
+    limit = state.settings.max_body_bytes
+    fd, tmp = tempfile.mkstemp(suffix=ARCHIVE_SUFFIX, prefix="upload-")
+    try:
+        size = 0
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"archive exceeds {limit} bytes", expected=limit, received=size)
+                fh.write(chunk)
+        if size == 0:
+            raise BadRequest("empty archive upload", field="body")
+        # The bundle unpacks into its own temporary directory; the upload file can go.
+        return await asyncio.to_thread(load_policy, Path(tmp), state.settings, state.metrics)
+    finally:
+        os.unlink(tmp)
+
+
+def resolve_in_repository(repository: Path, relative: str) -> Path:
+    """``relative`` inside ``repository`` (symlinks resolved); 400 if it escapes it."""
+    root = repository.resolve()
+    candidate = (root / relative).resolve()
+    if not candidate.is_relative_to(root):
+        raise PathOutsideRepository(f"path {relative!r} resolves outside the model repository",
+                                    field="path", expected=f"a path inside {root}", received=relative)
+    return candidate
+
+
+@router.delete("/models/{name}", response_model=Unloaded, summary="Unload every version of a model")
+async def unload_model(name: str, request: Request) -> Unloaded:
+    return Unloaded(name=name, versions=await _registry(request).remove(name))
+
+
+@router.delete("/models/{name}/versions/{version}", response_model=Unloaded, summary="Unload one version")
+async def unload_version(name: str, version: str, request: Request) -> Unloaded:
+    return Unloaded(name=name, versions=await _registry(request).remove(name, version))

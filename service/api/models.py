@@ -1,0 +1,34 @@
+"""Read-only model listing and metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from service.registry import ModelRegistry
+from service.schemas import ModelList, ModelSummary
+
+router = APIRouter(tags=["models"])
+
+
+def _registry(request: Request) -> ModelRegistry:
+    return request.app.state.registry
+
+
+@router.get("/v1/models", response_model=ModelList, summary="Loaded models and their versions")
+async def list_models(request: Request) -> ModelList:
+    entries = _registry(request).entries.values()
+    return ModelList(models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions)) for e in entries])
+
+
+@router.get("/v1/models/{name}", summary="Metadata of a model's current version")
+async def model_metadata(name: str, request: Request) -> dict[str, Any]:
+    entry = _registry(request).entry(name)
+    return {**entry.policy().metadata(), "current_version": entry.current, "versions": list(entry.versions)}
+
+
+@router.get("/v1/models/{name}/versions/{version}", summary="Metadata of one version: spaces, config, state layout")
+async def version_metadata(name: str, version: str, request: Request) -> dict[str, Any]:
+    entry = _registry(request).entry(name)
+    return {**entry.policy(version).metadata(), "current_version": entry.current, "versions": list(entry.versions)}

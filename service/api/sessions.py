@@ -1,0 +1,52 @@
+"""Session lifecycle: create (optionally seeded and version-bound), inspect, end."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from service.errors import SessionConflict
+from service.policy import Policy
+from service.registry import ModelRegistry
+from service.schemas import CreateSession, SessionInfo
+from service.sessions import Session
+
+router = APIRouter(tags=["sessions"])
+
+
+def _registry(request: Request) -> ModelRegistry:
+    return request.app.state.registry
+
+
+def _info(policy: Policy, session: Session) -> SessionInfo:
+    store = policy.sessions
+    return SessionInfo(session_id=session.id, model=policy.name, version=policy.version, seed=session.seed,
+                       steps=session.steps, idle_s=max(0.0, store.clock() - session.last_used),
+                       idle_ttl_s=store.idle_ttl_s)
+
+
+@router.post("/v1/models/{name}/sessions", status_code=201, response_model=SessionInfo,
+             summary="Create a session on the current (or a given) version")
+async def create_session(name: str, request: Request, body: CreateSession | None = None) -> JSONResponse:
+    body = body or CreateSession()
+    entry = _registry(request).entry(name)
+    policy = entry.policy(body.version)
+    if body.session_id is not None and entry.is_live(body.session_id):
+        # Ids are unique per model name across versions, so later lookups are unambiguous.
+        raise SessionConflict(f"session {body.session_id!r} already exists", field="session_id", received=body.session_id)
+    session = policy.sessions.create(body.session_id, body.seed)
+    return JSONResponse(_info(policy, session).model_dump(), status_code=201)
+
+
+@router.get("/v1/models/{name}/sessions/{session_id}", response_model=SessionInfo, summary="Inspect a session")
+async def get_session(name: str, session_id: str, request: Request) -> SessionInfo:
+    policy, session = _registry(request).entry(name).find_session(session_id)
+    return _info(policy, session)
+
+
+@router.delete("/v1/models/{name}/sessions/{session_id}", response_model=SessionInfo,
+               summary="End a session; later use of its id answers 410")
+async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
+    policy, session = _registry(request).entry(name).find_session(session_id)
+    policy.sessions.end(session_id)
+    return _info(policy, session)

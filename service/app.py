@@ -1,0 +1,157 @@
+"""``create_app(settings)``: the FastAPI application with the raw act hot path in front.
+
+The app loads every bundle of the repository (or the embedded defaults) when it is
+created, so it is ready as soon as it accepts connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.acting import ActService
+from service.api import act, admin, health, models, sessions
+from service.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, ServiceError
+from service.metrics import Metrics
+from service.registry import ModelRegistry
+from service.schemas import ErrorResponse
+from service.settings import Settings
+
+log = logging.getLogger("rlserve.app")
+
+DEFAULT_MODELS = Path(__file__).resolve().parent / "default_models"
+
+
+class RLServeApp(FastAPI):
+    """FastAPI plus a pre-router dispatch of the act routes to ``RawActHandler``."""
+
+    raw_act: act.RawActHandler | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        handler = self.raw_act
+        if handler is not None:
+            match = handler.match(scope)
+            if match is not None:
+                await handler(scope, receive, send, match)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None, *, registry: ModelRegistry | None = None) -> RLServeApp:
+    """Build the app; loads the repository unless a ready ``registry`` is given."""
+    settings = settings or Settings()
+    metrics = Metrics()
+    repository = settings.repository or DEFAULT_MODELS
+    if registry is None:
+        registry = ModelRegistry(settings, metrics)
+        _load_models(registry, repository, settings)
+    metrics.watch_sessions(registry.session_counts)
+    service = ActService(registry, metrics)
+
+    app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan,
+                     description="Inference service for RLlib-trained policies.")
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.registry = registry
+    app.state.repository = repository
+    app.state.act_service = service
+    app.state.shutting_down = False
+    if settings.fast_act_path:
+        app.raw_act = act.RawActHandler(service, metrics, settings.max_body_bytes)
+    for router in (health.router, act.router, models.router, sessions.router, admin.router):
+        app.include_router(router)
+    _install_error_handlers(app, metrics)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _load_models(registry: ModelRegistry, repository: Path, settings: Settings) -> None:
+    source = "repository" if settings.repository else "embedded default models"
+    if not repository.is_dir():
+        log.warning("%s %s does not exist: starting with no models", source, repository)
+        return
+    registry.load_repository(repository)
+    if not registry.entries:
+        log.warning("no bundles found in %s %s: starting with no models", source, repository)
+    for entry in registry.entries.values():
+        log.info("model %r: versions %s, current %s", entry.name, list(entry.versions), entry.current)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: RLServeApp):
+    sweeper = asyncio.create_task(_sweep_sessions(app))
+    try:
+        yield
+    finally:
+        app.state.shutting_down = True
+        sweeper.cancel()
+        for policy in app.state.registry.policies():
+            if policy.batcher is not None:
+                await policy.batcher.close()
+
+
+async def _sweep_sessions(app: RLServeApp) -> None:
+    """Expire idle sessions in the background (lookups also expire them lazily)."""
+    ttl = app.state.settings.session_idle_ttl_s
+    while True:
+        await asyncio.sleep(min(max(ttl / 4, 0.05), 30.0))
+        for policy in app.state.registry.policies():
+            policy.sessions.expire_idle()
+
+
+def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    def respond(exc: ServiceError) -> JSONResponse:
+        metrics.error(exc.code, exc.status)
+        return JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers or None)
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return respond(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return respond(BadRequest(f"invalid request: {first.get('msg', 'validation failed')}", field=where or None,
+                                  received=_short(first.get("input"))))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return respond(NotFound(f"no route {request.method} {request.url.path}"))
+        if exc.status_code == 405:
+            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        error = ServiceError(str(exc.detail))
+        error.status, error.code = exc.status_code, f"http_{exc.status_code}"
+        return respond(error)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return respond(InternalError(f"internal error: {type(exc).__name__}"))
+
+
+def _short(value: Any) -> Any:
+    text = repr(value)
+    return value if len(text) <= 200 else text[:197] + "..."
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(act.ACT_COMPONENTS)
+        error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(error_schema.pop("$defs", {}))
+        components["ErrorResponse"] = error_schema
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -1,0 +1,63 @@
+"""The torch-free pieces around the runtime, built from a bundle manifest.
+
+Observation side: preprocessor (RLlib's exact flattening / one-hot / pixel rules) then the
+frozen MeanStd filter. Action side: the action distribution spec, masking and the
+action helpers (flatten for the previous-action window, clip / unsquash for clients).
+Everything here comes from ``models/``; this module only wires it to a manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces as gs
+
+from models.distributions import ActionDistSpec
+from models.distributions import actions as action_utils
+from models.export.bundle import Manifest
+from models.filters import MeanStdFilter, NoFilter, filter_from_state
+from models.preprocessors import get_preprocessor
+
+
+@dataclass
+class Pipeline:
+    obs_space: gs.Space
+    action_space: gs.Space
+    preprocessor: Any
+    obs_filter: MeanStdFilter | NoFilter | None
+    dist_spec: ActionDistSpec
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> Pipeline:
+        obs_space = manifest.observation_space
+        filter_state = manifest.filter
+        return cls(
+            obs_space=obs_space,
+            action_space=manifest.action_space,
+            preprocessor=get_preprocessor(obs_space, manifest.model_config),
+            obs_filter=filter_from_state(filter_state) if filter_state else None,
+            dist_spec=ActionDistSpec.from_json(manifest.action_dist),
+        )
+
+    def preprocess(self, observations: list[Any]) -> np.ndarray:
+        """Raw observations -> the model's ``obs`` input (B, *obs_shape)."""
+        flat = np.asarray(self.preprocessor.transform_batch(observations))
+        if self.obs_filter is not None:
+            flat = self.obs_filter.apply(flat)
+        return flat
+
+    def action_from_json(self, value: Any) -> Any:
+        """An env-space JSON action -> a model-space batch of one; ValueError if invalid."""
+        return action_utils.actions_from_json(self.action_space, value)
+
+    def flatten_actions(self, actions: Any) -> np.ndarray:
+        """(B, A) float32 rows as the model's prev_actions input wants them."""
+        return np.asarray(action_utils.flatten_actions(self.action_space, actions), dtype=np.float32)
+
+    def clip(self, actions: Any) -> Any:
+        return action_utils.clip_actions(self.action_space, actions)
+
+    def unsquash(self, actions: Any) -> Any:
+        return action_utils.unsquash_actions(self.action_space, actions)

@@ -1,0 +1,294 @@
+"""One loaded model version: validate requests into ``Step``s, run batches of them.
+
+``prepare`` does everything that can fail because of the client (decode, preprocess,
+masks, reported actions) and touches no session state. ``run_batch`` is the batch
+function handed to the ``Batcher``: gather session rows, one runtime call, masking,
+sampling, scatter. It runs inline or in the batcher's thread, never concurrently with
+itself for one policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from models.distributions import DistributionError, UnsupportedMethodError
+from models.export.bundle import Bundle
+from service import codec, masks
+from service.batcher import Batcher
+from service.errors import InvalidInput
+from service.pipeline import Pipeline
+from service.runtime import Runtime
+from service.sessions import Session, SessionStore
+from service.slabs import STATELESS_SLOT
+from service.trees import tree_set_row, tree_slice, tree_where
+from service.wire import Rows
+
+MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observation
+
+
+@dataclass(eq=False)
+class Step:
+    """One request's rows, validated. Arrays are (n, ...) for the request's n rows."""
+
+    obs: np.ndarray
+    explore: bool
+    extras: frozenset[str]
+    sessions: list[Session | None]
+    reset: np.ndarray  # (n,) bool: episode start (or a new session)
+    rewards: list[float | None]
+    prev_actions: np.ndarray | None  # (n, A) reported taken actions, NaN rows where absent
+    mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
+    rngs: list[np.random.Generator | None] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return int(self.obs.shape[0])
+
+
+@dataclass
+class StepOutput:
+    actions: Any  # action-space structure, leading axis n
+    logp: np.ndarray | None
+    value: np.ndarray | None
+    entropy: np.ndarray | None
+    dist_inputs: np.ndarray | None
+
+
+class Policy:
+    def __init__(self, bundle: Bundle, runtime: Runtime, pipeline: Pipeline, sessions: SessionStore,
+                 *, default_explore: bool, seed: int | None = None):
+        manifest = bundle.manifest
+        self.bundle = bundle
+        self.name: str = manifest.name
+        self.version: str = manifest.version
+        self.signature = manifest.signature
+        self.runtime = runtime
+        self.pipeline = pipeline
+        self.sessions = sessions
+        self.default_explore = default_explore
+        self.rng = np.random.default_rng(seed)
+        self.mask_layout = masks.mask_layout(pipeline.dist_spec)
+        obs_space = pipeline.obs_space
+        self.mask_in_obs = hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict) and MASK_KEY in obs_space.spaces
+        self.obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
+        self.batcher: Batcher | None = None  # attached by registry.build_policy
+        self.stateful = self.signature.is_recurrent or self.signature.uses_prev_actions or self.signature.uses_prev_rewards
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.version}"
+
+    # ------------------------------------------------------------------ validation
+
+    def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str]) -> Step:
+        """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
+        space = self.pipeline.obs_space
+        field = "observation" if rows.single else "observations"
+        decoded = [codec.decode_value(space, rows.observations[0], field)] if rows.single else codec.decode_batch(space, rows.observations, field)
+        obs = self._preprocess(decoded, field)
+        n = len(decoded)
+        return Step(
+            obs=obs,
+            explore=self.default_explore if explore is None else explore,
+            extras=extras,
+            sessions=[None] * n,
+            reset=np.asarray(rows.episode_starts, dtype=bool),
+            rewards=self._rewards(rows),
+            prev_actions=self._reported_actions(rows),
+            mask=self._masks(rows, decoded),
+        )
+
+    def _preprocess(self, decoded: list[Any], field: str) -> np.ndarray:
+        try:
+            obs = self.pipeline.preprocess(decoded)
+        except ValueError as exc:
+            # The preprocessor's ObservationError names path/expected/received.
+            path = getattr(exc, "path", None)
+            raise InvalidInput(
+                f"{field}: {exc}",
+                field=f"{field}{'' if not path else '.' + str(path)}",
+                expected=getattr(exc, "expected", None),
+                received=getattr(exc, "received", None),
+            ) from None
+        return np.ascontiguousarray(obs, dtype=self.obs_dtype)
+
+    def _rewards(self, rows: Rows) -> list[float | None]:
+        for i, reward in enumerate(rows.rewards):
+            if reward is not None and not np.isfinite(reward):
+                name = "reward" if rows.single else f"rewards[{i}]"
+                raise InvalidInput(f"{name}: must be a finite number", field=name, received=str(reward))
+        return rows.rewards
+
+    def _reported_actions(self, rows: Rows) -> np.ndarray | None:
+        """Reported taken actions as flat (n, A) rows; NaN rows where none was reported."""
+        given = [(i, a) for i, a in enumerate(rows.prev_actions) if a is not msgspec.UNSET and a is not None]
+        if not given:
+            return None
+        flat_rows = []
+        for i, action in given:
+            name = "prev_action" if rows.single else f"prev_actions[{i}]"
+            try:
+                batch_of_one = self.pipeline.action_from_json(action)
+            except ValueError as exc:
+                raise InvalidInput(f"{name}: {exc}", field=name, expected=codec.describe_space(self.pipeline.action_space),
+                                   received=action) from None
+            flat_rows.append(self.pipeline.flatten_actions(batch_of_one)[0])
+        out = np.full((len(rows), flat_rows[0].shape[0]), np.nan, dtype=np.float32)
+        out[[i for i, _ in given]] = np.stack(flat_rows)
+        return out
+
+    def _masks(self, rows: Rows, decoded: list[Any]) -> np.ndarray | None:
+        row_masks: list[np.ndarray | None] = []
+        for i, explicit in enumerate(rows.action_masks):
+            name = "action_mask" if rows.single else f"action_masks[{i}]"
+            value = explicit
+            if value is None and self.mask_in_obs:
+                value = decoded[i][MASK_KEY]
+                name = f"observation.{MASK_KEY}" if rows.single else f"observations[{i}].{MASK_KEY}"
+            row_masks.append(None if value is None else masks.validate_mask(value, self.mask_layout, name))
+        if all(m is None for m in row_masks):
+            return None
+        width = self.mask_layout.width if self.mask_layout is not None else 0
+        return np.stack([np.ones(width, bool) if m is None else m for m in row_masks])
+
+    # ------------------------------------------------------------------ the batch
+
+    def run_batch(self, steps: list[Step]) -> list[StepOutput]:
+        obs = steps[0].obs if len(steps) == 1 else np.concatenate([s.obs for s in steps])
+        sessions = [s for step in steps for s in step.sessions]
+        inputs = {"obs": obs}
+        if self.stateful:
+            slots, live = self._slots(sessions)
+            self._gather(steps, slots, live, inputs)
+        outputs = self.runtime.run(inputs)
+        dist_inputs = outputs["dist_inputs"]
+        dist_inputs = self._apply_masks(steps, dist_inputs)
+        actions, logp, entropy = self._act(steps, sessions, dist_inputs)
+        if self.stateful:
+            self._scatter(outputs, slots, live, actions)
+        return self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+
+    def _slots(self, sessions: list[Session | None]) -> tuple[np.ndarray, np.ndarray]:
+        slots = np.fromiter((STATELESS_SLOT if s is None else s.slot for s in sessions), np.int64, len(sessions))
+        return slots, slots != STATELESS_SLOT
+
+    def _gather(self, steps: list[Step], slots: np.ndarray, live: np.ndarray, inputs: dict[str, np.ndarray]) -> None:
+        reset = np.concatenate([s.reset for s in steps]) & live
+        rewards = [r for s in steps for r in s.rewards]
+        reward_rows = np.fromiter((r is not None for r in rewards), bool, len(rewards)) & live & ~reset
+        reported = self._reported(steps)
+        slabs = self.sessions.slabs
+        with slabs.lock:
+            if reward_rows.any():
+                values = np.asarray([r for r, keep in zip(rewards, reward_rows, strict=True) if keep], np.float32)
+                slabs.report(slots[reward_rows], values, None)
+            if reported is not None:
+                rows = ~np.isnan(reported[:, 0]) & live & ~reset
+                slabs.report(slots[rows], None, reported[rows])
+            slabs.reset(slots[reset])
+            inputs.update(slabs.gather(slots))
+
+    @staticmethod
+    def _reported(steps: list[Step]) -> np.ndarray | None:
+        if all(s.prev_actions is None for s in steps):
+            return None
+        width = next(s.prev_actions.shape[1] for s in steps if s.prev_actions is not None)
+        parts = [s.prev_actions if s.prev_actions is not None else np.full((s.rows, width), np.nan, np.float32) for s in steps]
+        return np.concatenate(parts)
+
+    def _apply_masks(self, steps: list[Step], dist_inputs: np.ndarray) -> np.ndarray:
+        if all(s.mask is None for s in steps):
+            return dist_inputs
+        layout = self.mask_layout
+        mask = np.concatenate([s.mask if s.mask is not None else np.ones((s.rows, layout.width), bool) for s in steps])
+        return masks.apply_mask(dist_inputs, mask, layout)
+
+    def _act(self, steps: list[Step], sessions: list[Session | None], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
+        spec = self.pipeline.dist_spec
+        dist = spec.build(dist_inputs)
+        explore = np.concatenate([np.full(s.rows, s.explore) for s in steps])
+        if explore.all():
+            actions = dist.sample(self.rng)
+        elif not explore.any():
+            actions = dist.deterministic_sample()
+        else:
+            actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
+        # Seeded sessions draw from their own generator, one row at a time, so an episode
+        # replays whatever else shares its batch.
+        for row, session in enumerate(sessions):
+            if session is not None and session.rng is not None and explore[row]:
+                tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(session.rng))
+        logp = _optional(lambda: dist.logp(actions))
+        wants_entropy = any("entropy" in s.extras for s in steps)
+        entropy = _optional(dist.entropy) if wants_entropy else None
+        return actions, logp, entropy
+
+    def _scatter(self, outputs: dict[str, np.ndarray], slots: np.ndarray, live: np.ndarray, actions: Any) -> None:
+        if not live.any():
+            return
+        state_out = [outputs[f"state_out_{i}"][live] for i in range(len(self.signature.state))]
+        flat = self.pipeline.flatten_actions(actions)[live] if self.signature.uses_prev_actions else None
+        slabs = self.sessions.slabs
+        with slabs.lock:
+            slabs.scatter(slots[live], state_out, flat)
+
+    def _split(self, steps, actions, logp, entropy, value, dist_inputs) -> list[StepOutput]:
+        results, start = [], 0
+        for step in steps:
+            stop = start + step.rows
+            results.append(StepOutput(
+                actions=tree_slice(actions, start, stop),
+                logp=None if logp is None else logp[start:stop],
+                value=value[start:stop] if "value" in step.extras else None,
+                entropy=None if entropy is None else entropy[start:stop],
+                dist_inputs=dist_inputs[start:stop] if "dist_inputs" in step.extras else None,
+            ))
+            start = stop
+        return results
+
+    # ------------------------------------------------------------------ description
+
+    def metadata(self) -> dict[str, Any]:
+        manifest = self.bundle.manifest
+        return {
+            "name": self.name,
+            "version": self.version,
+            "created_at": manifest.created_at,
+            "observation_space": manifest.data["observation_space"],
+            "action_space": manifest.data["action_space"],
+            "model_config": manifest.model_config,
+            "action_dist": manifest.action_dist,
+            "num_outputs": manifest.num_outputs,
+            "preprocessor": manifest.preprocessor,
+            "filter": manifest.filter is not None,
+            "signature": manifest.data["signature"],
+            "state": [
+                {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "initial_value": s.initial_value}
+                for s in self.signature.state
+            ],
+            "prev": {
+                "n_prev_actions": self.signature.prev.n_prev_actions,
+                "n_prev_rewards": self.signature.prev.n_prev_rewards,
+                "action_width": self.signature.prev.action_width,
+            },
+            "explore_default": self.default_explore,
+            "action_mask": {"in_observation": self.mask_in_obs,
+                            "width": None if self.mask_layout is None else self.mask_layout.width},
+            "runtime": self.runtime.describe(),
+            "sessions": {"active": len(self.sessions), "max": self.sessions.max_sessions,
+                         "idle_ttl_s": self.sessions.idle_ttl_s},
+        }
+
+
+def _optional(fn):
+    """Methods RLlib leaves undefined (Deterministic.logp, SquashedGaussian.entropy) -> None."""
+    try:
+        return fn()
+    except (UnsupportedMethodError, NotImplementedError):
+        return None
+    except DistributionError:
+        raise

@@ -1,0 +1,221 @@
+"""Loaded models by name and version, and how bundles become serving policies.
+
+Each model name has one *current* version (the last one loaded) that new sessions and
+unpinned stateless requests use; older versions keep serving the sessions bound to them
+until those end or the version is unloaded. Loading builds the whole policy (runtime,
+reference check, session store, batcher) before it is registered, so a failed load leaves
+whatever was serving untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from models.export.bundle import MANIFEST_NAME, Bundle, BundleError, load_bundle, verify_reference
+from service.batcher import Batcher
+from service.errors import (
+    BundleInvalid,
+    ModelNotFound,
+    SessionConflict,
+    SessionExpired,
+    SessionNotFound,
+    VersionConflict,
+)
+from service.metrics import Metrics
+from service.pipeline import Pipeline
+from service.policy import Policy
+from service.runtime import choose_kind, open_runtime
+from service.sessions import Session, SessionStore
+from service.settings import Settings
+
+log = logging.getLogger("rlserve.registry")
+
+ARCHIVE_SUFFIX = ".rlsb"
+
+
+def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None) -> Policy:
+    """A ready-to-serve ``Policy`` for ``bundle``; raises ``BundleInvalid`` if unusable.
+
+    Blocking (creates the runtime session, runs the reference check): call it from a
+    worker thread when the event loop is serving.
+    """
+    manifest = bundle.manifest
+    what = f"bundle {manifest.name!r} version {manifest.version!r}"
+    try:
+        kind = choose_kind(list(manifest.runtimes), settings.runtime)
+        runtime = open_runtime(
+            kind, bundle.runtime_path(kind), input_names=manifest.input_names,
+            output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
+            use_gpu=settings.use_gpu,
+        )
+        if settings.verify_on_load:
+            verify_reference(bundle, runtime.run)
+        pipeline = Pipeline.from_manifest(manifest)
+    except (BundleError, ValueError, OSError, RuntimeError) as exc:
+        raise BundleInvalid(f"{what} cannot be served: {exc}", received=str(bundle.root)) from exc
+    explore = manifest.explore if settings.default_explore is None else settings.default_explore
+    sessions = SessionStore(
+        manifest.signature, version=manifest.version, max_sessions=settings.max_sessions,
+        idle_ttl_s=settings.session_idle_ttl_s, initial_slots=settings.initial_session_slots,
+        tombstones=settings.session_tombstones,
+    )
+    policy = Policy(bundle, runtime, pipeline, sessions, default_explore=explore)
+    policy.batcher = Batcher(
+        policy.run_batch, max_rows=settings.max_batch_size, max_delay_s=settings.max_batch_delay_ms / 1000.0,
+        queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
+        retry_after_s=settings.retry_after_s, name=policy.key,
+        observer=metrics.batch_observer(manifest.name) if metrics is not None else None,
+    )
+    return policy
+
+
+def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) -> Policy:
+    try:
+        bundle = load_bundle(path)
+    except BundleError as exc:
+        raise BundleInvalid(f"cannot load bundle {str(path)!r}: {exc}", received=str(path)) from exc
+    return build_policy(bundle, settings, metrics)
+
+
+def discover_bundles(root: Path) -> list[Path]:
+    """Bundle directories (holding a manifest) and ``*.rlsb`` archives under ``root``.
+
+    Looks two levels deep so both ``root/<bundle>/`` and ``root/<name>/<version>/``
+    layouts work; hidden entries are skipped.
+    """
+    found: list[Path] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir() and (entry / MANIFEST_NAME).is_file():
+                found.append(entry)
+            elif entry.is_dir() and depth > 0:
+                walk(entry, depth - 1)
+            elif entry.is_file() and entry.name.endswith(ARCHIVE_SUFFIX):
+                found.append(entry)
+
+    if root.is_dir():
+        walk(root, 1)
+    return found
+
+
+@dataclass
+class ModelEntry:
+    """All loaded versions of one model name; ``current`` serves new work."""
+
+    name: str
+    versions: OrderedDict[str, Policy] = field(default_factory=OrderedDict)
+    current: str = ""
+    # Sessions of unloaded versions, so their ids answer 410 rather than 404.
+    gone: OrderedDict[str, str] = field(default_factory=OrderedDict)
+
+    def policy(self, version: str | None = None) -> Policy:
+        key = self.current if version is None else version
+        policy = self.versions.get(key)
+        if policy is None:
+            raise ModelNotFound(
+                f"model {self.name!r} has no version {version!r}; loaded: {list(self.versions)}",
+                field="version", expected=list(self.versions), received=version,
+            )
+        return policy
+
+    def find_session(self, session_id: str) -> tuple[Policy, Session]:
+        """The live session and its policy; 410 if it is gone, 404 if never seen."""
+        for policy in self.versions.values():
+            if policy.sessions.knows(session_id):
+                return policy, policy.sessions.get(session_id)
+        if session_id in self.gone:
+            raise SessionExpired(f"session {session_id!r} is gone ({self.gone[session_id]})",
+                                 field="session_id", received=session_id)
+        raise SessionNotFound(
+            f"unknown session {session_id!r} for model {self.name!r}: create it (POST /v1/models/{self.name}/sessions) "
+            "or send episode_start=true",
+            field="session_id", received=session_id,
+        )
+
+    def is_live(self, session_id: str) -> bool:
+        return any(session_id in p.sessions for p in self.versions.values())
+
+    def check_pinned(self, session_policy: Policy, version: str | None, session_id: str) -> None:
+        if version is not None and session_policy.version != version:
+            raise SessionConflict(
+                f"session {session_id!r} is bound to version {session_policy.version!r}, not {version!r}",
+                field="session_id", expected=session_policy.version, received=version,
+            )
+
+
+class ModelRegistry:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None):
+        self.settings = settings
+        self.metrics = metrics
+        self.entries: dict[str, ModelEntry] = {}
+        self.failures: dict[str, str] = {}  # path -> why it did not load at start
+
+    def entry(self, name: str) -> ModelEntry:
+        entry = self.entries.get(name)
+        if entry is None:
+            raise ModelNotFound(f"no model named {name!r}; loaded: {sorted(self.entries)}",
+                                field="model", expected=sorted(self.entries), received=name)
+        return entry
+
+    def policies(self) -> list[Policy]:
+        return [p for e in self.entries.values() for p in e.versions.values()]
+
+    def add(self, policy: Policy) -> None:
+        """Register ``policy`` as its model's current version (409 if already loaded)."""
+        entry = self.entries.setdefault(policy.name, ModelEntry(policy.name))
+        if policy.version in entry.versions:
+            raise VersionConflict(
+                f"model {policy.name!r} version {policy.version!r} is already loaded; unload it first",
+                field="version", received=policy.version,
+            )
+        entry.versions[policy.version] = policy
+        entry.current = policy.version
+        log.info("serving %s (runtime %s)", policy.key, policy.runtime.describe())
+
+    async def remove(self, name: str, version: str | None = None) -> list[str]:
+        """Unload one version (or all); their sessions end with 410. Returns the versions."""
+        entry = self.entry(name)
+        versions = [version] if version is not None else list(entry.versions)
+        for v in versions:
+            entry.policy(v)  # 404 for an unknown version before anything changes
+        for v in versions:
+            policy = entry.versions.pop(v)
+            for session_id in policy.sessions.ids():
+                entry.gone[session_id] = f"model version {v!r} was unloaded"
+            policy.sessions.clear()
+            await policy.batcher.close()
+            log.info("unloaded %s", policy.key)
+        while len(entry.gone) > self.settings.session_tombstones:
+            entry.gone.popitem(last=False)
+        if not entry.versions:
+            del self.entries[name]
+        elif entry.current not in entry.versions:
+            entry.current = next(reversed(entry.versions))
+        return versions
+
+    def load_repository(self, root: Path) -> None:
+        """Load every bundle under ``root``; failures are logged and listed, not fatal."""
+        loaded: list[Policy] = []
+        for path in discover_bundles(root):
+            try:
+                loaded.append(load_policy(path, self.settings, self.metrics))
+            except BundleInvalid as exc:
+                self.failures[str(path)] = exc.message
+                log.error("skipping %s: %s", path, exc.message)
+        # The newest bundle of each name becomes current, whatever the directory order.
+        for policy in sorted(loaded, key=lambda p: (p.bundle.manifest.created_at, p.version)):
+            try:
+                self.add(policy)
+            except VersionConflict as exc:
+                self.failures[str(policy.bundle.root)] = exc.message
+                log.error("skipping %s: %s", policy.bundle.root, exc.message)
+
+    def session_counts(self):
+        for policy in self.policies():
+            yield policy.name, policy.version, len(policy.sessions)

@@ -1,0 +1,47 @@
+"""``rlserve serve``: run the service with uvicorn (one worker, one event loop)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlserve serve",
+        description="Serve every bundle of a model repository over HTTP. Options override the "
+                    "RLSERVE_* environment variables; without --repository the embedded default "
+                    "models are served.")
+    parser.add_argument("--repository", type=Path, help="directory of bundles (dirs or .rlsb archives)")
+    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
+    return parser
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
+                                   "log_level": args.log_level}.items() if v is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                            access_log=False, workers=1, lifespan="on")
+    server = uvicorn.Server(config)
+    server.run()
+    return 0
