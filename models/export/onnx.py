@@ -11,6 +11,7 @@ silently bakes the batch size into its graph fails at export time, not in produc
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
@@ -36,8 +37,7 @@ def export_onnx(
 
     ``example_inputs`` must have a batch size > 1 (torch.export specialises sizes 0 and 1).
     """
-    batch = torch.export.Dim("batch", min=1)
-    dynamic = tuple({0: batch} for _ in example_inputs)
+    dynamic = batch_dynamic_shapes(model, len(example_inputs))
     with _quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
             model,
@@ -54,6 +54,30 @@ def export_onnx(
     program.save(str(path), external_data=False)
     _check_io_names(path, signature)
     return {"opset": OPSET, "exporter": EXPORTER, **versions()}
+
+
+def batch_dynamic_shapes(model: torch.nn.Module, n_inputs: int) -> tuple[Any, ...]:
+    """Axis 0 of every input is one shared symbolic batch, in forward()'s own structure.
+
+    torch.export matches ``dynamic_shapes`` to the parameters of ``forward``: a
+    ``forward(obs, *inputs)`` takes ``(spec_obs, (spec_0, spec_1, ...))``, not a flat tuple.
+    """
+    batch = torch.export.Dim("batch", min=1)
+    params = list(inspect.signature(model.forward).parameters.values())
+    shapes: list[Any] = []
+    remaining = n_inputs
+    for param in params:
+        if remaining == 0:
+            break
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            shapes.append(tuple({0: batch} for _ in range(remaining)))
+            remaining = 0
+        elif param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            shapes.append({0: batch})
+            remaining -= 1
+    if remaining:
+        raise ValueError(f"{type(model).__name__}.forward takes fewer positional inputs than the {n_inputs} given")
+    return tuple(shapes)
 
 
 def versions() -> dict[str, str]:
