@@ -145,7 +145,8 @@ class RepeatedValuesPreprocessor(Preprocessor):
         ]
 
     def _items(self, obs: Any, path: str) -> list[Any]:
-        if isinstance(obs, str | bytes | Mapping) or not isinstance(obs, Sequence | np.ndarray) or np.ndim(obs) == 0:
+        scalar_array = isinstance(obs, np.ndarray) and obs.ndim == 0
+        if isinstance(obs, str | bytes | Mapping) or not isinstance(obs, Sequence | np.ndarray) or scalar_array:
             raise ObservationError(path, self._expected(), describe_value(obs))
         if len(obs) > self.max_len:
             raise ObservationError(path, self._expected(), f"a list of {len(obs)} items")

@@ -32,6 +32,8 @@ class LeafPreprocessor(Preprocessor):
     is_leaf: ClassVar[bool] = True
     # dtype kinds a raw value may have (b: bool, i/u: integers, f: floats)
     accepted_kinds: ClassVar[str] = _NUMERIC_KINDS
+    # np.asarray([1, True]) is an int array: leaves that reject bools look at each row.
+    _rejects_bool: ClassVar[bool] = False
 
     @property
     def trailing(self) -> tuple[int, ...]:
@@ -93,7 +95,9 @@ class LeafPreprocessor(Preprocessor):
             arr = np.asarray(rows)
         except (ValueError, TypeError):
             arr = None
-        if arr is None or arr.dtype.kind not in self.accepted_kinds or arr.shape[1:] != self.trailing:
+        if arr is None or arr.dtype.kind not in self.accepted_kinds or arr.shape[1:] != self.trailing or (
+            self._rejects_bool and any(isinstance(obs, bool | np.bool_) for obs in rows)
+        ):
             # Find the offending row for the message; the fast path found none to blame.
             for i, obs in enumerate(rows):
                 try:
@@ -152,6 +156,7 @@ class OneHotPreprocessor(LeafPreprocessor):
 
     rllib_name = "OneHotPreprocessor"
     accepted_kinds = "iu"
+    _rejects_bool = True
 
     def __init__(self, space: gs.Discrete | gs.MultiDiscrete, options: Mapping[str, Any]):
         super().__init__(space, options)
