@@ -8,6 +8,9 @@ Data flow of one step (B rows):
 The memory of unit k holds its past *inputs* (B, M, D), oldest first; the model returns it
 rolled by one step (``cat(memory[:, 1:], input)``), so the server stores state without
 knowing what it means. RLlib returns only the new row; ours ends in that same row.
+
+Prev actions of a MultiDiscrete space are one-hot encoded per component and step (RLlib's
+own MultiDiscrete branch slices the wrong axis and fails to concatenate).
 """
 
 from __future__ import annotations
