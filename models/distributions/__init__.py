@@ -5,6 +5,15 @@ with ``num_outputs`` and ``build(inputs)``), :func:`apply_action_mask`, the acti
 helpers in :mod:`.actions`, and :func:`register_action_dist` for custom classes.
 """
 
+from .actions import (
+    action_width,
+    actions_from_json,
+    actions_to_json,
+    clip_actions,
+    flatten_actions,
+    unflatten_actions,
+    unsquash_actions,
+)
 from .base import (
     ActionDistribution,
     ActionOutOfSupportError,
@@ -17,6 +26,7 @@ from .categorical import Categorical, MultiCategorical
 from .deterministic import Deterministic
 from .dirichlet import Dirichlet
 from .gaussian import DiagGaussian, SquashedGaussian
+from .masking import FLOAT_MIN, MaskError, apply_action_mask
 from .multi import MultiActionDistribution
 from .registry import (
     UnknownActionDistError,
@@ -27,6 +37,16 @@ from .registry import (
 )
 
 __all__ = [
+    "FLOAT_MIN",
+    "MaskError",
+    "action_width",
+    "actions_from_json",
+    "actions_to_json",
+    "apply_action_mask",
+    "clip_actions",
+    "flatten_actions",
+    "unflatten_actions",
+    "unsquash_actions",
     "ActionDistSpec",
     "ActionDistribution",
     "ActionOutOfSupportError",

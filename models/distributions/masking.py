@@ -102,7 +102,7 @@ def _split_group(mask: Any, comps: list[MaskComponent], batch: int) -> list[np.n
     return parts
 
 
-def _structured_groups(mask: Any, spec: ActionDistSpec, groups: list[list[MaskComponent]]) -> list[Any]:
+def _structured_groups(mask: Any, spec: ActionDistSpec) -> list[Any]:
     """A Tuple/Dict-structured mask -> one entry per action leaf (None for no mask)."""
     space = _cached_space(spec.kwargs["action_space"])
     out = []
@@ -126,7 +126,7 @@ def _per_component(mask: Any, spec: ActionDistSpec, batch: int) -> list[tuple[Ma
     flat = [c for g in groups for c in g]
     is_multi = spec.name == MultiActionDistribution.rllib_name
     if is_multi and isinstance(mask, Mapping | list | tuple):
-        leaves = _structured_groups(mask, spec, groups)
+        leaves = _structured_groups(mask, spec)
         pairs = []
         for comps, leaf_mask in zip(groups, leaves, strict=True):
             if leaf_mask is None:
