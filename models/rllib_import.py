@@ -183,6 +183,13 @@ class _Opaque:
         pass
 
 
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """Protocol-2 pickles spell bytes as ``_codecs.encode(text, 'latin1')``; nothing else is allowed."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise WeightImportError(f"checkpoint pickle asks for encoding {encoding!r}; only latin1 bytes are read")
+    return text.encode("latin1")
+
+
 def _allowed_globals() -> dict[tuple[str, str], object]:
     # Taken from numpy's own reductions so the names match this numpy's module layout.
     reconstruct = np.zeros(1).__reduce__()[0]
@@ -194,6 +201,7 @@ def _allowed_globals() -> dict[tuple[str, str], object]:
         (frombuffer.__module__, frombuffer.__name__): frombuffer,
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _latin1_bytes,
         ("collections", "OrderedDict"): collections.OrderedDict,
     }
     for legacy in ("numpy.core.multiarray", "numpy._core.multiarray"):
