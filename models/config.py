@@ -122,6 +122,7 @@ _TORCH_NN_ACTIVATIONS = (
     "LeakyReLU", "LogSigmoid", "Mish", "PReLU", "ReLU", "ReLU6", "RReLU", "SELU", "SiLU",
     "Sigmoid", "Softplus", "Softshrink", "Softsign", "Tanh", "Tanhshrink",
 )
+_TORCH_ALIASES = {"Tanh": "tanh", "ReLU": "relu", "SiLU": "silu", "ELU": "elu"}
 
 # Keys of older RLlib releases, with where their meaning lives now.
 _RENAMED = {
@@ -132,11 +133,12 @@ _RENAMED = {
 class ConfigError(ValueError):
     """An invalid model config; the message names the key, expected and received."""
 
-    def __init__(self, key: str, expected: str, received: Any, hint: str = ""):
+    def __init__(self, key: str, expected: str, received: Any, hint: str = "", received_text: str | None = None):
         self.key = key
         self.expected = expected
         self.received = received
-        message = f"model config '{key}': expected {expected}, got {_describe(received)}"
+        got = received_text if received_text is not None else _describe(received)
+        message = f"model config '{key}': expected {expected}, got {got}"
         super().__init__(message + (f". {hint}" if hint else ""))
 
 
@@ -150,8 +152,8 @@ def _describe(value: Any) -> str:
 def canonical_activation(name: Any, key: str = "activation") -> str | None:
     """Map an activation descriptor to the name networks build from.
 
-    Returns ``None`` (no activation), one of ``tanh``/``relu``/``silu``/``elu``, or a
-    ``torch.nn`` class name such as ``"GELU"``, following RLlib's torch lookup order:
+    Returns ``None`` (no activation), one of ``tanh``/``relu``/``silu``/``elu``, or
+    another ``torch.nn`` class name such as ``"GELU"`` (build it as ``getattr(nn, name)()``), following RLlib's torch lookup order:
     ``linear``/None first, then an exact ``torch.nn`` name, then the lower-case aliases.
     """
     if name is None:
@@ -161,7 +163,8 @@ def canonical_activation(name: Any, key: str = "activation") -> str | None:
     if name.lower() == "linear":
         return None
     if name in _TORCH_NN_ACTIVATIONS:
-        return name
+        # The same torch modules as the lower-case aliases: one spelling for networks.
+        return _TORCH_ALIASES.get(name, name)
     lowered = name.lower()
     if lowered in ACTIVATIONS:
         return ACTIVATIONS[lowered]
@@ -277,6 +280,14 @@ def _native_models(key: str, value: Any) -> None:
     )
 
 
+def _no_custom_preprocessor(key: str, value: Any) -> None:
+    # RLlib deprecated them; a registered Python class cannot travel in a bundle, and
+    # silently ignoring one would serve different inputs than training saw.
+    if value is not None:
+        raise ConfigError(key, "null (custom preprocessors are not supported)", value,
+                          hint="preprocess in a gymnasium ObservationWrapper or inside a custom model")
+
+
 def _initializer_checks() -> dict[str, _Check]:
     checks: dict[str, _Check] = {}
     for key in MODEL_DEFAULTS:
@@ -300,7 +311,7 @@ _CHECKS: dict[str, _Check] = {
     "custom_model": _custom_model,
     "custom_model_config": _dict,
     "custom_action_dist": _optional_str,
-    "custom_preprocessor": _optional_str,
+    "custom_preprocessor": _no_custom_preprocessor,
     "encoder_latent_dim": _optional_positive_int,
     "lstm_use_prev_action_reward": _deprecated_flag,
     "_use_default_native_models": _native_models,
@@ -320,11 +331,11 @@ _CHECKS: dict[str, _Check] = {
 def _unknown_key(key: str) -> ConfigError:
     if key in _RENAMED:
         new = _RENAMED[key]
-        return ConfigError(key, "a current model config key", "(removed key)",
-                           hint=f"'{key}' was removed from RLlib; put these options in '{new}'")
+        return ConfigError(key, "a current model config key", key, received_text="a key removed from RLlib",
+                           hint=f"put these options in '{new}' instead")
     close = difflib.get_close_matches(key, list(MODEL_DEFAULTS), n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'?" if close else "see MODEL_DEFAULTS for the valid keys"
-    return ConfigError(key, "a known model config key", "(unknown key)", hint=hint)
+    return ConfigError(key, "a known model config key", key, received_text="an unknown key", hint=hint)
 
 
 def _map_lstm_prev_action_reward(cfg: dict[str, Any], overrides: Mapping[str, Any]) -> None:
