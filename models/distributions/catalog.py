@@ -78,12 +78,14 @@ class ActionDistSpec:
             raise ValueError(
                 f"{self.name}: dist inputs must have shape (B, {self.num_outputs}), got {arr.shape}"
             )
-        return self.dist_class(arr, **self._constructor_kwargs())
+        return self.dist_class(arr, **self._ctor_kwargs)
 
     def __call__(self, inputs: np.ndarray) -> ActionDistribution:
         return self.build(inputs)
 
-    def _constructor_kwargs(self) -> dict[str, Any]:
+    @functools.cached_property
+    def _ctor_kwargs(self) -> dict[str, Any]:
+        """Decoded once per spec: building runs per served batch."""
         out = dict(self.kwargs)
         if "action_space" in out:
             out["action_space"] = _cached_space(out["action_space"])
@@ -92,7 +94,7 @@ class ActionDistSpec:
         return out
 
     def build_unchecked(self, inputs: np.ndarray) -> ActionDistribution:
-        return self.dist_class(inputs, **self._constructor_kwargs())
+        return self.dist_class(inputs, **self._ctor_kwargs)
 
     def to_json(self) -> dict[str, Any]:
         kwargs = {k: v for k, v in self.kwargs.items() if k != "child_distributions"}
