@@ -153,8 +153,9 @@ def canonical_activation(name: Any, key: str = "activation") -> str | None:
     """Map an activation descriptor to the name networks build from.
 
     Returns ``None`` (no activation), one of ``tanh``/``relu``/``silu``/``elu``, or
-    another ``torch.nn`` class name such as ``"GELU"`` (build it as ``getattr(nn, name)()``), following RLlib's torch lookup order:
-    ``linear``/None first, then an exact ``torch.nn`` name, then the lower-case aliases.
+    another ``torch.nn`` class name such as ``"GELU"`` (build ``getattr(nn, name)()``).
+    Lookup order as RLlib's torch ``get_activation_fn``: ``linear``/None first, then an
+    exact ``torch.nn`` name, then the lower-case aliases.
     """
     if name is None:
         return None

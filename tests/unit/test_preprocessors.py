@@ -308,3 +308,18 @@ def test_column_errors() -> None:
         prep.transform_columns(dict(cols, **{"items/__len__": np.array([1, 3])}))
     with pytest.raises(ObservationError, match="dtype float64"):
         prep.transform_columns(dict(cols, mode=np.array([0.0, 1.0])))
+
+
+def test_serving_modules_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys; import models.preprocessors, models.filters, models.config, models.spaces; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m == 'cv2']; "
+        "assert not bad, bad"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
