@@ -150,15 +150,21 @@ def _read_spec(args: argparse.Namespace) -> ExportSpec:
     return ExportSpec(spaces["observation_space"], spaces["action_space"], config, rllib_dist)
 
 
-def _read_filter(path: Path) -> dict[str, Any]:
-    """Validate the filter state by rebuilding the filter; store what it serialises to."""
-    from models.filters import MeanStdFilter
+def _read_filter(path: Path) -> dict[str, Any] | None:
+    """Validate the filter state by rebuilding the filter; store what it serialises to.
+
+    A ``NoFilter`` state is stored as no filter at all.
+    """
+    from models.filters import filter_from_state
 
     data = _read_json(path, "--filter")
+    if not isinstance(data, Mapping):
+        raise InputError(f"--filter: expected a JSON object (a filter state_dict), got {type(data).__name__}")
     try:
-        return dict(MeanStdFilter.from_json(data).to_json())
+        state = dict(filter_from_state(data).state_dict())
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"--filter: {str(path)!r} is not a MeanStdFilter state: {exc}") from exc
+        raise InputError(f"--filter: {str(path)!r} is not a filter state: {exc}") from exc
+    return None if state.get("type") == "NoFilter" else state
 
 
 def _build_model(spec: ExportSpec, weights: Path):

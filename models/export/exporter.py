@@ -88,6 +88,7 @@ def export_bundle(
             f"action distribution {action_dist.get('class')!r} needs num_outputs="
             f"{action_dist.get('num_outputs')}, but the model produces {signature.num_outputs}"
         )
+    _check_filter(filter_state, signature)
     manifest = _manifest_body(
         signature, obs_space, action_space, model_config, filter_state, name, version, explore,
         action_dist, preprocessor or describe_preprocessor(obs_space, model_config),
@@ -106,6 +107,15 @@ def export_bundle(
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return load_bundle(out_dir)
+
+
+def _check_filter(filter_state: Mapping[str, Any] | None, signature: ModelSignature) -> None:
+    shape = None if filter_state is None else filter_state.get("shape")
+    if shape is not None and tuple(shape) != tuple(signature.obs_shape):
+        raise ValueError(
+            f"filter_state: the filter's shape {list(shape)} differs from the model's observation "
+            f"shape {list(signature.obs_shape)} (the filter runs on the preprocessed observation)"
+        )
 
 
 def _check_formats(formats: Sequence[str]) -> tuple[str, ...]:
