@@ -46,6 +46,9 @@ SELECTION = [
     (gs.MultiBinary(6), {}, "ComplexInputNetwork"),
     (IMAGE_DICT, {"conv_filters": SMALL_FILTERS}, "ComplexInputNetwork"),
     (gs.Dict({"a": _box(2, 2), "b": _box(1)}), {}, "ComplexInputNetwork"),
+    # RLlib fails on these two (it sizes sub-models by the raw leaf); ours use the preprocessed leaf.
+    (gs.Dict({"frame": gs.Box(0, 255, (210, 160, 3), np.uint8), "v": _box(2)}), {}, "ComplexInputNetwork"),
+    (gs.Tuple((gs.Box(0, 1, (10, 10, 1)), Repeated(gs.Discrete(2), max_len=3))), {}, "ComplexInputNetwork"),
     (_box(4), {"use_lstm": True}, "FullyConnectedNetwork_as_LSTMWrapper"),
     (_box(4), {"use_attention": True}, "FullyConnectedNetwork_as_AttentionWrapper"),
     (gs.Box(0, 1, (42, 42, 1), np.float32), {"use_lstm": True, "conv_filters": SMALL_FILTERS},
@@ -203,3 +206,19 @@ def test_models_trace_like_eager():
             wider = torch.rand((5, *model.signature().obs_shape))
             for got, want in zip(traced(wider), model(wider), strict=True):
                 torch.testing.assert_close(got, want)
+
+
+def test_vision_without_head_flattens_any_map_and_has_no_value():
+    # The wrappers' base: num_outputs=None flattens; RLlib's value_function() fails on a
+    # non-1x1 map, here the value is NaN (wrappers never read it).
+    model = VisionNetwork((10, 10, 1), None, {"conv_filters": [[4, [3, 3], 2], [6, [3, 3], 1]], "vf_share_layers": True})
+    assert model.num_outputs == 6 * 3 * 3
+    out, value = model(torch.rand(2, 10, 10, 1))
+    assert out.shape == (2, 54) and bool(value.isnan().all())
+
+
+def test_complex_input_sizes_sub_models_by_preprocessed_leaves():
+    space = gs.Dict({"frame": gs.Box(0, 255, (210, 160, 3), np.uint8), "v": _box(2)})
+    base = build_model(space, DISCRETE3, {}).base
+    assert base.components[0].shape == (84, 84, 3) and base.components[1].offset == 84 * 84 * 3
+    assert isinstance(base.cnns["0"], VisionNetwork) and base.cnns["0"].num_outputs == 256
