@@ -436,3 +436,12 @@ def test_unknown_custom_name_lists_registered(registered):
         get_action_dist(gs.Discrete(3), {"custom_action_dist": "nope"})
     with pytest.raises(TypeError):
         register_action_dist("bad", dict)  # type: ignore[arg-type]
+
+
+def test_package_is_torch_free():
+    import subprocess
+    import sys
+
+    code = "import sys, models.distributions; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
