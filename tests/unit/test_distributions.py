@@ -441,7 +441,9 @@ def test_unknown_custom_name_lists_registered(registered):
 def test_package_is_torch_free():
     import subprocess
     import sys
+    from pathlib import Path
 
     code = "import sys, models.distributions; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False", out.stderr
