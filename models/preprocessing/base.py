@@ -19,6 +19,7 @@ Values are written into the *top-level* preprocessor's output dtype, exactly as 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -83,8 +84,9 @@ class Preprocessor:
     def name(self) -> str:
         return self.rllib_name
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
+        # Cached: containers ask for their children's sizes on every observation.
         return int(np.prod(self.output_shape, dtype=np.int64))
 
     @property

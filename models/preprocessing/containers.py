@@ -31,16 +31,18 @@ class _Flattening(Preprocessor):
         self.children = children
         self.output_shape = (sum(child.size for _, _, child in children),)
         self.output_dtype = np.dtype(np.float32)
+        self._placed = []  # (key part, path suffix, child, slice in the output)
+        offset = 0
+        for part, suffix, child in children:
+            self._placed.append((part, suffix, child, slice(offset, offset + child.size)))
+            offset += child.size
 
     def _items(self, obs: Any, path: str) -> list[Any]:
         """The observation's child values in output order, after checking its structure."""
         raise NotImplementedError
 
-    def _slices(self):
-        offset = 0
-        for part, suffix, child in self.children:
-            yield part, suffix, child, slice(offset, offset + child.size)
-            offset += child.size
+    def _slices(self) -> list[tuple[str, str, Preprocessor, slice]]:
+        return self._placed
 
     def _specs(self, key: str, path: str) -> list[LeafSpec]:
         return [s for part, suffix, child in self.children for s in child._specs(join_key(key, part), path + suffix)]
