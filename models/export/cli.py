@@ -50,6 +50,7 @@ def _export_parser() -> argparse.ArgumentParser:
     out.add_argument("--version", help="bundle version (default: 1)")
     out.add_argument("--deterministic", action="store_true", help="serve the mode by default (explore=false)")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    out.add_argument("--traceback", action="store_true", help="show the full traceback when the export fails")
     return p
 
 
@@ -66,12 +67,18 @@ def export_main(argv: list[str]) -> int:
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
         return _export(args, progress)
-    except (InputError, BundleError, OSError) as exc:
-        # A BundleError here is a runtime disagreeing with eager torch: not the user's input.
-        code = EXIT_FAILED if isinstance(exc, BundleError) else EXIT_BAD_INPUT
+    except (InputError, OSError) as exc:
         progress.done()
         print(f"rlserve export: error: {exc}", file=sys.stderr)
-        return code
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # the exporter or a runtime failed: not the user's input
+        progress.done()
+        if args.traceback:
+            raise
+        summary = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"rlserve export: export failed: {type(exc).__name__}: {summary} "
+              "(--traceback shows the details)", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _export(args: argparse.Namespace, progress: Progress) -> int:
@@ -91,7 +98,7 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
             version=args.version, progress=progress, explore=not args.deterministic, action_dist=dist,
         )
     except BundleError:
-        raise
+        raise  # a runtime disagrees with eager torch: an export failure, exit 1
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     archive = None

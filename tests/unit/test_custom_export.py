@@ -107,3 +107,34 @@ def test_custom_model_bundle_runs_without_its_class(custom_bundle, tmp_path: Pat
         got = report[runtime]
         np.testing.assert_allclose(np.array(got["dist_inputs"]), logits, rtol=1e-5, atol=1e-6, err_msg=runtime)
         np.testing.assert_allclose(np.array(got["value"]), value, rtol=1e-5, atol=1e-6, err_msg=runtime)
+
+
+class BranchOnData(nn.Module):
+    """Python control flow on the batch size: a trace records one branch, eager takes both."""
+
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+        super().__init__()
+        self.num_outputs = int(num_outputs)
+        self.linear = nn.Linear(int(np.prod(obs_space.shape)), self.num_outputs)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.linear(obs)
+        if obs.shape[0] > 2:  # the exporter traces at batch 3 and checks batches 1 and 64
+            logits = -logits
+        return logits, obs.mean(dim=1)
+
+
+def test_a_trace_that_disagrees_with_eager_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    from models.export.bundle import BundleError
+
+    register_custom_model(NAME + "_branch", BranchOnData)
+    try:
+        obs_space, action_space = gs.Box(-1.0, 1.0, (3,)), gs.Discrete(2)
+        config = {"custom_model": NAME + "_branch"}
+        model = build_model(obs_space, action_space, config)
+        with pytest.raises(BundleError, match=r"torchscript export at batch size \d+ vs eager torch"):
+            export_bundle(model, obs_space=obs_space, action_space=action_space, model_config=config,
+                          out_dir=tmp_path / "bundle", formats=("torchscript",))
+    finally:
+        unregister_custom_model(NAME + "_branch")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no bundle, no staging leftovers

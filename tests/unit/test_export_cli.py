@@ -168,3 +168,18 @@ def test_inspect_refuses_a_tampered_bundle(feedforward_case: OracleCase, tmp_pat
     assert "manifest_sha256 does not match" in capsys.readouterr().err
     assert rlserve(["inspect", "--no-verify", str(tmp_path / "b")]) == 0
     assert "NOT verified" in capsys.readouterr().out
+
+
+def test_a_runtime_disagreeing_with_eager_exits_1_and_writes_nothing(
+    feedforward_case: OracleCase, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import models.export.exporter as exporter
+
+    monkeypatch.setattr(exporter, "ATOL", -1.0)  # no difference can pass
+    case = feedforward_case
+    args = ["export", "--spec", str(case.path / "case.json"), "--weights", str(case.path / "weights.npz"),
+            "--out", str(tmp_path / "b"), "--formats", "onnx", "--quiet"]
+    assert rlserve(args) == 1
+    err = capsys.readouterr().err
+    assert "export failed: BundleError" in err and "disagrees" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
