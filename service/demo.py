@@ -8,18 +8,21 @@ at every step, which is what the policy scores without memory.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import httpx
 
 from service.client import PolicyClient, RLServeError
-from service.envs import DEFAULT_POLICY_ENVS, make_env
+from service.envs import DEFAULT_POLICY_ENVS, NO_VELOCITY_ID, make_env
 from service.gym_runner import run_episodes
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlserve demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="service base URL")
+    default_url = os.environ.get("RLSERVE_URL") or f"http://127.0.0.1:{os.environ.get('RLSERVE_PORT', '8000')}"
+    parser.add_argument("--url", default=default_url,
+                        help="service base URL (default $RLSERVE_URL, else http://127.0.0.1:$RLSERVE_PORT or :8000)")
     parser.add_argument("--episodes", type=int, default=5, help="episodes per policy (default 5)")
     parser.add_argument("--models", default=",".join(DEFAULT_POLICY_ENVS),
                         help="comma-separated models to play (default: the embedded ones)")
@@ -55,7 +58,7 @@ def demo_main(argv: list[str]) -> int:
             returns = _play(args.url, model, env_id, args, reset=False)
             print(f"{model} on {env_id}: returns {[round(r, 1) for r in returns]} "
                   f"mean {sum(returns) / len(returns):.1f}")
-            if model.endswith("memory"):
+            if env_id == NO_VELOCITY_ID:
                 reset = _play(args.url, model, env_id, args, reset=True)
                 print(f"{model} with its state reset every step: mean {sum(reset) / len(reset):.1f}")
         except RLServeError as exc:
