@@ -54,3 +54,23 @@ def get_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> Any:
     from models.preprocessors import get_preprocessor as build
 
     return build(obs_space, dict(model_config))
+
+
+def check_preprocessor(manifest_preprocessor: Mapping[str, Any], prep: Any) -> None:
+    """Raise ``BundleError`` unless ``prep`` (rebuilt by the server from the manifest's
+    observation space and model config) is the preprocessor the exporter recorded."""
+    from models.export.errors import BundleError
+
+    recorded = dict(manifest_preprocessor)
+    rebuilt = {
+        "class": prep.name,
+        "output_shape": [int(d) for d in prep.output_shape],
+        "output_dtype": str(prep.output_dtype),
+        "options": {k: prep.options.get(k) for k in PREPROCESSOR_OPTIONS},
+    }
+    for key, value in rebuilt.items():
+        if key in recorded and recorded[key] != value:
+            raise BundleError(
+                f"preprocessor.{key}: the bundle was exported with {recorded[key]!r}, but this "
+                f"server builds {value!r} from the same spaces and config (different rlserve version?)"
+            )

@@ -89,9 +89,15 @@ def export_bundle(
             f"{action_dist.get('num_outputs')}, but the model produces {signature.num_outputs}"
         )
     _check_filter(filter_state, signature)
+    preprocessor = preprocessor or describe_preprocessor(obs_space, model_config)
+    if [int(d) for d in preprocessor.get("output_shape", signature.obs_shape)] != list(signature.obs_shape):
+        raise ValueError(
+            f"the preprocessor outputs shape {preprocessor['output_shape']} but the model takes "
+            f"observations of shape {list(signature.obs_shape)}"
+        )
     manifest = _manifest_body(
         signature, obs_space, action_space, model_config, filter_state, name, version, explore,
-        action_dist, preprocessor or describe_preprocessor(obs_space, model_config),
+        action_dist, preprocessor,
     )
     reference = dict(reference_batch) if reference_batch is not None else make_reference_inputs(
         signature, obs_space, action_space, model_config, filter_state, REFERENCE_BATCH, seed=0

@@ -284,7 +284,24 @@ def test_a_dot_root_entry_as_written_by_tar_dash_C_is_accepted(bundle_dir: Path,
     assert load_bundle(archive).manifest.name == "toy"
 
 
+def test_preprocessor_rebuilt_by_the_server_must_match_the_recorded_one(bundle_dir: Path) -> None:
+    from models.export.describe import check_preprocessor
+    from models.preprocessors import get_preprocessor
+
+    manifest = load_bundle(bundle_dir).manifest
+    prep = get_preprocessor(manifest.observation_space, {"dim": 84, "grayscale": False, "zero_mean": True})
+    recorded = {k: v for k, v in manifest.preprocessor.items() if k != "options"}
+    check_preprocessor(recorded, prep)  # NoPreprocessor -> [4]
+    with pytest.raises(BundleError, match=r"preprocessor.output_shape.*\[5\].*\[4\]"):
+        check_preprocessor({**recorded, "output_shape": [5]}, prep)
+    with pytest.raises(BundleError, match="preprocessor.class"):
+        check_preprocessor({**recorded, "class": "OneHotPreprocessor"}, prep)
+
+
 def test_bundle_module_does_not_import_torch() -> None:
-    code = "import sys, models.export, models.export.bundle; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, models.export, models.export.bundle, models.export.describe, models.export.report, "
+        "models.export.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
