@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ import numpy as np
 
 from models.export.archive import check_plain_name, pack_bundle, unpack_bundle
 from models.export.errors import BundleError
+from models.export.verify import compare_outputs
 from models.interface import ModelSignature
 
 __all__ = [
@@ -385,38 +385,3 @@ def verify_reference(
     inputs, expected = bundle.reference()
     actual = run(dict(inputs))
     return compare_outputs(actual, expected, rtol, atol, what=f"bundle {bundle.manifest.name!r}")
-
-
-def compare_outputs(
-    actual: Mapping[str, Any], expected: Mapping[str, np.ndarray], rtol: float, atol: float, what: str
-) -> dict[str, float]:
-    """Elementwise ``|a - e| <= atol + rtol * |e|`` per output (NaN must match NaN)."""
-    diffs: dict[str, float] = {}
-    for name, exp in expected.items():
-        if name not in actual:
-            raise BundleError(f"{what}: runtime returned no output {name!r} (got {sorted(actual)})")
-        act = np.asarray(actual[name])
-        if act.shape != exp.shape:
-            raise BundleError(f"{what}: output {name!r} has shape {act.shape}, reference {exp.shape}")
-        diffs[name] = _check_close(name, act, exp, rtol, atol, what)
-    return diffs
-
-
-def _check_close(name: str, act: np.ndarray, exp: np.ndarray, rtol: float, atol: float, what: str) -> float:
-    a, e = act.astype(np.float64), exp.astype(np.float64)
-    nan_a, nan_e = np.isnan(a), np.isnan(e)
-    if not np.array_equal(nan_a, nan_e):
-        raise BundleError(f"{what}: output {name!r} has NaN where the reference has none (or vice versa)")
-    with np.errstate(invalid="ignore", over="ignore"):
-        # Equal infinities (and equal huge masked logits) differ by 0, not inf - inf.
-        diff = np.where(a == e, 0.0, np.abs(a - e))
-        diff = np.where(nan_a, 0.0, diff)
-        bad = diff > atol + rtol * np.abs(np.where(nan_e, 0.0, e))
-    max_diff = float(diff.max()) if diff.size else 0.0
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise BundleError(
-            f"{what}: output {name!r} disagrees with the reference: max |diff| {max_diff:.3g}, "
-            f"first at index {idx}: got {a[idx]!r}, expected {e[idx]!r} (rtol={rtol}, atol={atol})"
-        )
-    return max_diff if math.isfinite(max_diff) else float("inf")

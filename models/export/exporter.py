@@ -27,7 +27,6 @@ from models.export.bundle import (
     FORMAT_VERSION,
     Bundle,
     BundleError,
-    compare_outputs,
     load_bundle,
     write_manifest,
 )
@@ -35,6 +34,7 @@ from models.export.describe import describe_action_dist, describe_preprocessor
 from models.export.onnx import export_onnx, onnx_runner
 from models.export.reference import make_reference_inputs
 from models.export.torchscript import export_torchscript, torchscript_runner
+from models.export.verify import compare_outputs
 from models.interface import ModelSignature
 from models.spaces import space_to_json
 
