@@ -35,7 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, func_name, _ = _COMMANDS[name]
     func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest) or 0)
+    try:
+        return int(func(rest) or 0)
+    except BrokenPipeError:
+        # `rlserve inspect B | head` closed our stdout: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
