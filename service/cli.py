@@ -6,6 +6,7 @@ Subcommands import lazily so `rlserve serve` on an ONNX-only image never imports
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 _COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(func(rest) or 0)
     except BrokenPipeError:
         # `rlserve inspect B | head` closed our stdout: not an error worth a traceback.
-        sys.stderr.close()
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
