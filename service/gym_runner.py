@@ -89,7 +89,8 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
             session_ids=[session_ids[i] for i in live],
             episode_starts=[step == 0 or reset_every_step for _ in live],
             rewards=[None if step == 0 or reset_every_step else rewards[i] for i in live],
-            seeds=[seeds[i] for i in live],
+            # Seed once per episode; re-seeding at every reset would repeat the same draws.
+            seeds=[seeds[i] if step == 0 else None for i in live],
             explore=explore,
         )
         for i, action in zip(live, result.actions, strict=True):
