@@ -12,6 +12,7 @@ built in a staging directory beside ``out_dir`` and renamed into place only at t
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import shutil
 import tempfile
@@ -104,6 +105,11 @@ def export_bundle(
     )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    # mkdtemp makes the directory 0700; a bundle is shared data (other users, a container's
+    # non-root user), so give it the permissions a plain mkdir would have had.
+    umask = os.umask(0)
+    os.umask(umask)
+    stage.chmod(0o777 & ~umask)
     try:
         _build(model, signature, formats, reference, stage, manifest, say,
                checks=_check_batches(signature, obs_space, action_space, model_config, filter_state))
