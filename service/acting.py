@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from service import codec
 from service.batcher import BatchInfo, Job
@@ -53,14 +52,14 @@ class ActService:
         step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs))
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = self._bind(policy, rows, binding, step)
-        keys = frozenset(s.id for s in sessions if s is not None)
+        keys = frozenset(s.id for s in sessions if s is not None) if step.has_sessions else frozenset()
         try:
             output, info = await policy.batcher.submit(Job(step, step.rows, keys))
         finally:
             self._release(policy, sessions)
         payload = self._response(policy, req, rows, step, output, info)
         if self.metrics is not None:
-            self.metrics.request_latency.labels(name, "act").observe(time.perf_counter() - started)
+            self.metrics.act_latency(name).observe(time.perf_counter() - started)
         return _ENCODER.encode(payload)
 
     # ------------------------------------------------------------------ sessions
@@ -95,6 +94,8 @@ class ActService:
 
     def _bind(self, policy: Policy, rows: Rows, binding: _Binding, step: Step) -> list[Session | None]:
         """Apply the request to sessions (now that it validated) and pin them in flight."""
+        if not binding.existing and not binding.new:
+            return step.sessions
         store = policy.sessions
         sessions: list[Session | None] = [None] * len(rows)
         for row, session in binding.existing:
@@ -112,10 +113,13 @@ class ActService:
             rngs.append(None if session is None else session.rng)
         step.sessions = sessions
         step.rngs = rngs
+        step.has_sessions = True
         return sessions
 
     @staticmethod
     def _release(policy: Policy, sessions: list[Session | None]) -> None:
+        if not any(sessions):
+            return
         store = policy.sessions
         for session in sessions:
             if session is not None:
@@ -127,24 +131,25 @@ class ActService:
 
     def _response(self, policy: Policy, req: ActRequest, rows: Rows, step: Step,
                   output: StepOutput, info: BatchInfo) -> dict[str, Any]:
-        space = policy.pipeline.action_space
-        actions = output.actions
-        if req.unsquash_actions:
-            actions = policy.pipeline.unsquash(actions)
-        if req.clip_actions:
-            actions = policy.pipeline.clip(actions)
-        encoded = codec.encode_batch(space, actions)
-        payload: dict[str, Any] = {"model": policy.name, "version": policy.version, "explore": step.explore}
+        encoded = output.actions_json
+        if req.unsquash_actions or req.clip_actions:
+            actions = output.actions
+            if req.unsquash_actions:
+                actions = policy.pipeline.unsquash(actions)
+            if req.clip_actions:
+                actions = policy.pipeline.clip(actions)
+            encoded = codec.encode_batch(policy.pipeline.action_space, actions)
         single = rows.single
+        payload: dict[str, Any] = {"model": policy.name, "version": policy.version, "explore": step.explore}
         payload["action" if single else "actions"] = encoded[0] if single else encoded
-        payload["logp"] = _column(output.logp, single)
+        payload["logp"] = _unwrap(output.logp, single)
         if output.value is not None:
-            payload["value"] = _column(output.value, single)
+            payload["value"] = _unwrap(output.value, single)
         if "entropy" in step.extras:
-            payload["entropy"] = _column(output.entropy, single)
+            payload["entropy"] = _unwrap(output.entropy, single)
         if output.dist_inputs is not None:
-            payload["dist_inputs"] = _column(output.dist_inputs, single)
-        if any(s is not None for s in step.sessions):
+            payload["dist_inputs"] = _unwrap(output.dist_inputs, single)
+        if step.has_sessions:
             ids = [None if s is None else s.id for s in step.sessions]
             payload["session_id" if single else "session_ids"] = ids[0] if single else ids
         if req.debug:
@@ -155,20 +160,8 @@ class ActService:
         return payload
 
 
-def _column(values: np.ndarray | None, single: bool) -> Any:
-    """Per-row floats as JSON (None where undefined); the single form unwraps the row."""
+def _unwrap(values: list[Any] | None, single: bool) -> Any:
+    """The single form answers with the row itself, the batch form with the list."""
     if values is None:
         return None
-    arr = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
-        listed = np.where(np.isfinite(arr), arr, np.nan).tolist()
-        listed = _nan_to_none(listed)
-    else:
-        listed = arr.tolist()
-    return listed[0] if single else listed
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    return None if value != value else value
+    return values[0] if single else values

@@ -124,7 +124,7 @@ def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np
 @decode_value.register
 def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
     arr = _array(space, data, field, space.shape)
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise _fail(field, "values must be finite", space, data)
     return arr
 
@@ -132,7 +132,7 @@ def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
 @decode_value.register
 def _(space: Simplex, data: Any, field: str) -> np.ndarray:
     arr = _array(space, data, field, space.shape)
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise _fail(field, "values must be finite", space, data)
     return arr
 
@@ -208,12 +208,15 @@ def _(space: Repeated, data: Any, field: str) -> list:
 
 # --------------------------------------------------------------------------- batches
 
-def decode_batch(space: gs.Space, items: list[Any], field: str) -> list[Any]:
-    """Decode a list of values, naming each one ``field[i]`` in errors."""
+def decode_batch(space: gs.Space, items: list[Any], field: str) -> list[Any] | np.ndarray:
+    """Decode a list of values, naming each one ``field[i]`` in errors.
+
+    A Box batch sent as plain lists comes back stacked as one (B, *shape) array.
+    """
     if isinstance(space, gs.Box) and items and not isinstance(items[0], Mapping):
         stacked = _decode_box_rows(space, items, field)
         if stacked is not None:
-            return list(stacked)
+            return stacked
     return [decode_value(space, item, f"{field}[{i}]") for i, item in enumerate(items)]
 
 
@@ -225,7 +228,7 @@ def _decode_box_rows(space: gs.Box, items: list[Any], field: str) -> np.ndarray 
         return None
     if arr.dtype.kind not in "biuf" or arr.shape != (len(items), *space.shape):
         return None
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         return None
     try:
         return _cast(space, arr, field, None)

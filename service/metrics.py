@@ -38,8 +38,16 @@ class Metrics:
             ["code", "status"], registry=self.registry)
         self.observations = Counter(
             "rlserve_observations_total", "Observations acted on", ["model"], registry=self.registry)
+        self._act_children: dict[str, object] = {}
         self._session_counts: SessionCounts = lambda: ()
         self.registry.register(_SessionCollector(lambda: self._session_counts()))
+
+    def act_latency(self, model: str):
+        """The latency histogram child of ``model``'s act route (cached: ``labels`` is slow)."""
+        child = self._act_children.get(model)
+        if child is None:
+            child = self._act_children[model] = self.request_latency.labels(model, "act")
+        return child
 
     def watch_sessions(self, counts: SessionCounts) -> None:
         self._session_counts = counts

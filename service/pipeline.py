@@ -18,7 +18,7 @@ from models.distributions import ActionDistSpec
 from models.distributions import actions as action_utils
 from models.export.bundle import Manifest
 from models.filters import MeanStdFilter, NoFilter, filter_from_state
-from models.preprocessors import get_preprocessor
+from models.preprocessors import NoPreprocessor, get_preprocessor
 
 
 @dataclass
@@ -28,6 +28,9 @@ class Pipeline:
     preprocessor: Any
     obs_filter: MeanStdFilter | NoFilter | None
     dist_spec: ActionDistSpec
+
+    def __post_init__(self) -> None:
+        self._identity = self.passes_through
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> Pipeline:
@@ -41,9 +44,19 @@ class Pipeline:
             dist_spec=ActionDistSpec.from_json(manifest.action_dist),
         )
 
-    def preprocess(self, observations: list[Any]) -> np.ndarray:
-        """Raw observations -> the model's ``obs`` input (B, *obs_shape)."""
-        flat = np.asarray(self.preprocessor.transform_batch(observations))
+    @property
+    def passes_through(self) -> bool:
+        """True when the preprocessor returns a Box observation unchanged (RLlib's
+        NoPreprocessor): the codec's decoded arrays already are the model input."""
+        return isinstance(self.preprocessor, NoPreprocessor) and isinstance(self.obs_space, gs.Box)
+
+    def preprocess(self, observations: list[Any] | np.ndarray) -> np.ndarray:
+        """Raw observations (a list, or a stacked array for Box spaces) -> the model's
+        ``obs`` input (B, *obs_shape), filtered."""
+        if self._identity:
+            flat = np.asarray(observations) if isinstance(observations, np.ndarray) else np.stack(observations)
+        else:
+            flat = np.asarray(self.preprocessor.transform_batch(observations))
         if self.obs_filter is not None:
             flat = self.obs_filter.apply(flat)
         return flat

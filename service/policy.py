@@ -43,6 +43,7 @@ class Step:
     prev_actions: np.ndarray | None  # (n, A) reported taken actions, NaN rows where absent
     mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
     rngs: list[np.random.Generator | None] = field(default_factory=list)
+    has_sessions: bool = False
 
     @property
     def rows(self) -> int:
@@ -51,11 +52,14 @@ class Step:
 
 @dataclass
 class StepOutput:
-    actions: Any  # action-space structure, leading axis n
-    logp: np.ndarray | None
-    value: np.ndarray | None
-    entropy: np.ndarray | None
-    dist_inputs: np.ndarray | None
+    """One request's slice of a batch: raw actions plus JSON-ready per-row lists."""
+
+    actions: Any  # model-space action structure, leading axis n (for clip/unsquash)
+    actions_json: list[Any]  # env-space JSON values, one per row
+    logp: list[Any] | None
+    value: list[Any] | None
+    entropy: list[Any] | None
+    dist_inputs: list[Any] | None
 
 
 class Policy:
@@ -219,7 +223,7 @@ class Policy:
             actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
         # Seeded sessions draw from their own generator, one row at a time, so an episode
         # replays whatever else shares its batch.
-        for row, session in enumerate(sessions):
+        for row, session in enumerate(sessions if any(s.has_sessions for s in steps) else ()):
             if session is not None and session.rng is not None and explore[row]:
                 tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(session.rng))
         logp = _optional(lambda: dist.logp(actions))
@@ -237,15 +241,22 @@ class Policy:
             slabs.scatter(slots[live], state_out, flat)
 
     def _split(self, steps, actions, logp, entropy, value, dist_inputs) -> list[StepOutput]:
+        """Encode the batch once (one ``tolist`` per array), then slice per request."""
+        actions_json = codec.encode_batch(self.pipeline.action_space, actions)
+        logp_json = floats_json(logp)
+        value_json = floats_json(value) if any("value" in s.extras for s in steps) else None
+        entropy_json = floats_json(entropy)
+        dist_json = dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None
         results, start = [], 0
         for step in steps:
             stop = start + step.rows
             results.append(StepOutput(
                 actions=tree_slice(actions, start, stop),
-                logp=None if logp is None else logp[start:stop],
-                value=value[start:stop] if "value" in step.extras else None,
-                entropy=None if entropy is None else entropy[start:stop],
-                dist_inputs=dist_inputs[start:stop] if "dist_inputs" in step.extras else None,
+                actions_json=actions_json[start:stop],
+                logp=None if logp_json is None else logp_json[start:stop],
+                value=value_json[start:stop] if value_json is not None and "value" in step.extras else None,
+                entropy=None if entropy_json is None else entropy_json[start:stop],
+                dist_inputs=dist_json[start:stop] if dist_json is not None and "dist_inputs" in step.extras else None,
             ))
             start = stop
         return results
@@ -282,6 +293,22 @@ class Policy:
             "sessions": {"active": len(self.sessions), "max": self.sessions.max_sessions,
                          "idle_ttl_s": self.sessions.idle_ttl_s},
         }
+
+
+def floats_json(values: np.ndarray | None) -> list[Any] | None:
+    """Floats as JSON lists; non-finite entries (JSON has none) become null."""
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if np.isfinite(arr).all():
+        return arr.tolist()
+    return _nulls(arr.tolist())
+
+
+def _nulls(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nulls(v) for v in value]
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 def _optional(fn):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -40,6 +41,11 @@ def serve_main(argv: list[str] | None = None) -> int:
     from service.app import create_app
 
     app = create_app(settings)
+    # Everything allocated so far (frameworks, models) lives for the whole process; moving
+    # it out of the collector's view keeps full collections from scanning it on the hot
+    # path (measured: ~10 us per request and the tail latency spikes).
+    gc.collect()
+    gc.freeze()
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, workers=1, lifespan="on")
     server = uvicorn.Server(config)

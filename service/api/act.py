@@ -55,6 +55,7 @@ class RawActHandler:
         except Exception as exc:  # never let one request take the worker down
             log.exception("act failed")
             status, payload, headers = self._error(InternalError(f"internal error: {type(exc).__name__}"))
+        headers = [*headers, (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 

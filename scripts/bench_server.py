@@ -1,0 +1,284 @@
+"""Benchmark the real server over loopback (not a test: it prints numbers).
+
+Starts ``rlserve serve`` in a subprocess (one uvicorn worker) on bundles it builds with
+the catalog, and a minimal ASGI app returning fixed JSON, then drives each with a bounded
+closed-loop load generator (N keep-alive connections, one request in flight each) and
+prints req/s, obs/s, p50 and p99 per scenario and concurrency:
+
+    minimal ASGI app | MLP 256x256 single obs | LSTM sessions | 64-obs requests |
+    MLP single obs with batching off
+
+    python scripts/bench_server.py [--duration 5] [--concurrency 1 16 64] [--only mlp lstm]
+
+The load generator runs in its own process (uvloop, raw sockets, pre-encoded requests)
+so its cost is small and separate from the server's; on a 2-core machine they still share
+the cores, as a co-located client would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MINIMAL_APP = '''
+import orjson
+BODY = orjson.dumps({"action": 1, "logp": -0.69})
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]})
+    await send({"type": "http.response.body", "body": BODY})
+'''
+
+
+# --------------------------------------------------------------------------- bundles
+
+def build_bundles(repo: Path) -> None:
+    import gymnasium.spaces as gs
+    import numpy as np
+    import torch
+
+    from models.catalog import build_model
+    from models.export.exporter import export_bundle
+
+    torch.set_num_threads(1)
+    obs = gs.Box(-1.0, 1.0, (16,), np.float32)
+    act = gs.Discrete(4)
+    configs = {
+        "mlp": {"fcnet_hiddens": [256, 256]},
+        "lstm": {"fcnet_hiddens": [256, 256], "use_lstm": True, "lstm_cell_size": 256},
+    }
+    for name, cfg in configs.items():
+        torch.manual_seed(0)
+        model = build_model(obs, act, cfg)
+        export_bundle(model, obs_space=obs, action_space=act, model_config=cfg, out_dir=repo / name,
+                      name=name, version="1", formats=["onnx"])
+
+
+# --------------------------------------------------------------------------- servers
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port: int, path: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)  # polling interval while the process starts, not a readiness guess
+    raise RuntimeError("server did not become ready")
+
+
+def start_rlserve(repo: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RLSERVE_LOG_LEVEL": "warning", **env_extra}
+    code = "import sys; from service.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "--repository", str(repo), "--port", str(port)], env=env)
+    wait_ready(port, "/readyz", proc)
+    return proc, port
+
+
+def start_minimal(workdir: Path) -> tuple[subprocess.Popen, int]:
+    (workdir / "minimal_app.py").write_text(MINIMAL_APP)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "minimal_app:app", "--port", str(port),
+                             "--log-level", "warning", "--no-access-log"], cwd=workdir)
+    wait_ready(port, "/", proc)
+    return proc, port
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+# --------------------------------------------------------------------------- load generator
+
+def _request(path: str, body: bytes) -> bytes:
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+async def _connection(port: int, requests: list[bytes], stop_at: float, warm_until: float,
+                      latencies: list[float], errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    i = 0
+    while True:
+        now = time.perf_counter()
+        if now >= stop_at:
+            break
+        writer.write(requests[i % len(requests)])
+        i += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = -1
+        status = int(head[9:12])
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        if length < 0:
+            raise RuntimeError(f"response without content-length: {head!r}")
+        await reader.readexactly(length)
+        done = time.perf_counter()
+        if done > warm_until:
+            latencies.append(done - now)
+            if status != 200:
+                errors.append(status)
+    writer.close()
+
+
+def _load_process(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float, queue) -> None:
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def main() -> tuple[list[float], list[int]]:
+        latencies: list[float] = []
+        errors: list[int] = []
+        start = time.perf_counter()
+        warm_until, stop_at = start + warmup, start + warmup + duration
+        await asyncio.gather(*(_connection(port, reqs, stop_at, warm_until, latencies, errors)
+                               for reqs in requests_per_conn))
+        return latencies, errors
+
+    try:
+        queue.put(asyncio.run(main()))
+    except BaseException as exc:  # the parent must not wait forever on a dead generator
+        queue.put(exc)
+        raise
+
+
+def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float) -> dict:
+    queue = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_load_process, args=(port, requests_per_conn, duration, warmup, queue))
+    proc.start()
+    result = queue.get()
+    proc.join()
+    if isinstance(result, BaseException):
+        raise RuntimeError("load generator failed") from result
+    latencies, errors = result
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "requests": n,
+        "req_s": n / duration,
+        "p50_ms": 1e3 * latencies[n // 2] if n else float("nan"),
+        "p99_ms": 1e3 * latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
+        "mean_ms": 1e3 * statistics.fmean(latencies) if n else float("nan"),
+        "errors": len(errors),
+    }
+
+
+# --------------------------------------------------------------------------- scenarios
+
+def obs_row(rng, dim: int = 16) -> list[float]:
+    return [round(float(x), 4) for x in rng.uniform(-1, 1, dim)]
+
+
+def mlp_single(c: int, rng) -> list[list[bytes]]:
+    return [[_request("/v1/models/mlp/act", json.dumps({"observation": obs_row(rng)}).encode()) for _ in range(8)]
+            for _ in range(c)]
+
+
+def mlp_batch64(c: int, rng) -> list[list[bytes]]:
+    return [[_request("/v1/models/mlp/act", json.dumps({"observations": [obs_row(rng) for _ in range(64)]}).encode())
+             for _ in range(4)] for _ in range(c)]
+
+
+def lstm_sessions(c: int, rng) -> list[list[bytes]]:
+    # Each connection drives one session; the first step starts its episode (and creates
+    # it), the others continue it with a reward.
+    out = []
+    for k in range(c):
+        sid = f"bench-{k}-{rng.integers(1 << 30)}"
+        first = _request("/v1/models/lstm/act", json.dumps(
+            {"observation": obs_row(rng), "session_id": sid, "episode_start": True}).encode())
+        steps = [_request("/v1/models/lstm/act", json.dumps(
+            {"observation": obs_row(rng), "session_id": sid, "reward": 1.0}).encode()) for _ in range(8)]
+        out.append([first] + steps * 50)
+    return out
+
+
+def minimal(c: int, rng) -> list[list[bytes]]:
+    return [[_request("/", json.dumps({"observation": obs_row(rng)}).encode())] for _ in range(c)]
+
+
+def main() -> None:
+    import numpy as np
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--only", nargs="+", default=None,
+                        choices=["minimal", "mlp", "lstm", "batch64", "nobatch"])
+    parser.add_argument("--env", nargs="*", default=[], help="extra RLSERVE_X=Y settings for the server")
+    args = parser.parse_args()
+    wanted = set(args.only or ["minimal", "mlp", "lstm", "batch64", "nobatch"])
+    extra_env = dict(kv.split("=", 1) for kv in args.env)
+    rng = np.random.default_rng(0)
+
+    print(f"machine: {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} "
+          f"python={platform.python_version()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        t0 = time.time()
+        build_bundles(repo)
+        print(f"bundles built in {time.time() - t0:.1f}s", flush=True)
+        rows = []
+        scenarios = [
+            ("minimal", "minimal ASGI app", minimal, None),
+            ("mlp", "MLP 256x256, 1 obs", mlp_single, {}),
+            ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
+            ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
+            ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
+        ]
+        for key, label, make, env in scenarios:
+            if key not in wanted:
+                continue
+            proc, port = start_minimal(Path(tmp)) if env is None else start_rlserve(repo, {**extra_env, **env})
+            try:
+                for c in args.concurrency:
+                    res = run_load(port, make(c, rng), args.duration, args.warmup)
+                    obs = 64 if key == "batch64" else 1
+                    rows.append((label, c, res, obs))
+                    print(f"{label:<36} c={c:<3} {res['req_s']:>9.0f} req/s {res['req_s'] * obs:>10.0f} obs/s "
+                          f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}",
+                          flush=True)
+            finally:
+                stop(proc)
+
+
+if __name__ == "__main__":
+    main()
