@@ -102,7 +102,8 @@ def _cast(space: gs.Space, arr: np.ndarray, field: str, data: Any) -> np.ndarray
                 raise _fail(field, f"values outside the range of {target.name}", space, data)
     elif target.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
         raise _fail(field, "expected booleans", space, data)
-    return arr.astype(target)
+    with np.errstate(over="ignore"):  # a float overflow becomes inf, which callers reject
+        return arr.astype(target)
 
 
 def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np.ndarray:

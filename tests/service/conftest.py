@@ -1,0 +1,63 @@
+"""Fixtures for the service tests: bundles built once per session, apps over them."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import svc_bundles  # noqa: E402
+
+from service.app import create_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def bundle_store(tmp_path_factory) -> Path:
+    """Every bundle of ``svc_bundles.SPECS``, exported once (torch at build time only)."""
+    root = tmp_path_factory.mktemp("bundles")
+    for name in svc_bundles.SPECS:
+        svc_bundles.export(name, root / name)
+    return root
+
+
+@pytest.fixture
+def make_repo(tmp_path, bundle_store):
+    """``make_repo(*names)`` -> a fresh repository directory holding copies of those bundles."""
+
+    def make(*names: str) -> Path:
+        repo = tmp_path / "repo"
+        repo.mkdir(exist_ok=True)
+        for name in names:
+            shutil.copytree(bundle_store / name, repo / name)
+        return repo
+
+    return make
+
+
+@pytest.fixture
+def make_client(make_repo):
+    """``make_client(names, **settings)`` -> (app, httpx.AsyncClient over ASGITransport)."""
+    clients = []
+
+    def make(names=("mlp",), **settings):
+        settings.setdefault("repository", make_repo(*names))
+        app = create_app(Settings(**settings))
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        clients.append(client)
+        return app, client
+
+    yield make
+
+
+def error_of(response: httpx.Response) -> dict:
+    """The error object of an error response, checking the one JSON error shape."""
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "field", "expected", "received"}, body
+    return body["error"]

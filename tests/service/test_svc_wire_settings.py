@@ -1,0 +1,74 @@
+"""Request normalisation (single vs batch form) and settings from the environment."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from pydantic import ValidationError
+
+from service.errors import BadRequest, InvalidJSON
+from service.settings import Settings
+from service.wire import decode_request, to_rows
+
+
+def rows_of(payload) -> object:
+    return to_rows(decode_request(msgspec.json.encode(payload)))
+
+
+def test_single_form_becomes_one_row():
+    rows = rows_of({"observation": [1, 2], "session_id": "s", "reward": 1.5, "episode_start": True})
+    assert rows.single and len(rows) == 1
+    assert rows.session_ids == ["s"] and rows.rewards == [1.5] and rows.episode_starts == [True]
+
+
+def test_batch_form_columns_default_per_row():
+    rows = rows_of({"observations": [[1], [2], [3]], "session_ids": ["a", None, "c"]})
+    assert not rows.single and len(rows) == 3
+    assert rows.rewards == [None] * 3 and rows.episode_starts == [False] * 3
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({}, "observation"),
+        ({"observation": [1], "observations": [[1]]}, "observation"),
+        ({"observations": []}, "observations"),
+        ({"observations": [[1], [2]], "session_ids": ["a"]}, "session_ids"),
+        ({"observation": [1], "rewards": [1.0]}, "rewards"),
+        ({"observations": [[1]], "reward": 1.0}, "reward"),
+        ({"observation": [1], "bogus": 1}, "bogus"),
+        ({"observation": [1], "explore": "yes"}, "explore"),
+        ({"observation": [1], "outputs": ["everything"]}, "outputs[0]"),
+    ],
+)
+def test_malformed_requests_are_400_naming_the_field(payload, field):
+    with pytest.raises(BadRequest) as info:
+        rows_of(payload)
+    assert info.value.status == 400 and info.value.field == field
+
+
+def test_invalid_json_is_its_own_error():
+    with pytest.raises(InvalidJSON):
+        decode_request(b"{not json")
+    with pytest.raises(InvalidJSON):
+        decode_request(b"")
+
+
+def test_settings_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLSERVE_MAX_BATCH_SIZE", "32")
+    monkeypatch.setenv("RLSERVE_REPOSITORY", str(tmp_path))
+    monkeypatch.setenv("RLSERVE_ADMIN_TOKEN", "")
+    monkeypatch.setenv("RLSERVE_RUNTIME", "torchscript")
+    s = Settings()
+    assert s.max_batch_size == 32 and s.repository == tmp_path.resolve()
+    assert s.admin_token is None  # empty means unset, never the empty password
+    assert s.runtime == "torchscript"
+
+
+def test_settings_name_valid_choices():
+    with pytest.raises(ValidationError, match="onnx"):
+        Settings(runtime="tensorrt")
+    with pytest.raises(ValidationError):
+        Settings(max_batch_size=0)
+    with pytest.raises(ValidationError):
+        Settings(no_such_setting=1)
