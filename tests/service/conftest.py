@@ -30,9 +30,11 @@ def bundle_store(tmp_path_factory) -> Path:
 def make_repo(tmp_path, bundle_store):
     """``make_repo(*names)`` -> a fresh repository directory holding copies of those bundles."""
 
+    count = iter(range(1_000))
+
     def make(*names: str) -> Path:
-        repo = tmp_path / "repo"
-        repo.mkdir(exist_ok=True)
+        repo = tmp_path / f"repo{next(count)}"
+        repo.mkdir()
         for name in names:
             shutil.copytree(bundle_store / name, repo / name)
         return repo
