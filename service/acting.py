@@ -101,6 +101,10 @@ class ActService:
         for row, session in binding.existing:
             if rows.episode_starts[row]:
                 store.restart(session, rows.seeds[row])
+            elif session.steps == 0:
+                # First step of a session made by POST .../sessions: its slot may be a
+                # recycled one still holding an ended session's state.
+                step.reset[row] = True
             sessions[row] = session
         for row, session_id in binding.new:
             sessions[row] = store.create(session_id, rows.seeds[row])

@@ -1,0 +1,75 @@
+"""Start a real `rlserve serve` process on a free loopback port for end-to-end tests.
+
+Readiness is polled (``/readyz``), never slept for. The process is always terminated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rlserve_command() -> list[str]:
+    """The installed console script when there is one (what users run), else the module."""
+    script = shutil.which("rlserve")
+    return [script] if script else [sys.executable, "-m", "service.cli"]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise RuntimeError(f"rlserve serve exited with {proc.returncode} before it was ready:\n{err}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)  # polling interval, not a wait for a result
+    raise TimeoutError(f"rlserve serve not ready at {url} after {timeout}s")
+
+
+@contextmanager
+def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> Iterator[str]:
+    """Run `rlserve serve ARGS` with RLSERVE_* taken only from ``env``; yields the base URL."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env or {})
+    full_env["RLSERVE_PORT"] = str(port)
+    full_env.setdefault("RLSERVE_LOG_LEVEL", "warning")
+    proc = subprocess.Popen([*rlserve_command(), "serve", *args], cwd=cwd or REPO, env=full_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
