@@ -33,14 +33,15 @@ def rlserve_command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "service.cli"]
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_S) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_S,
+               path: str = "/readyz") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
             raise RuntimeError(f"rlserve serve exited with {proc.returncode} before it was ready:\n{err}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -50,8 +51,11 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_
 
 @contextmanager
 def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                   cwd: Path | None = None) -> Iterator[str]:
-    """Run `rlserve serve ARGS` with RLSERVE_* taken only from ``env``; yields the base URL."""
+                   cwd: Path | None = None, ready_path: str = "/readyz") -> Iterator[str]:
+    """Run `rlserve serve ARGS` with RLSERVE_* taken only from ``env``; yields the base URL.
+
+    ``ready_path="/healthz"`` for a server that is up but has no model yet (not "ready").
+    """
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -62,7 +66,7 @@ def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = Non
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, proc)
+        wait_ready(url, proc, path=ready_path)
         yield url
     finally:
         proc.terminate()
