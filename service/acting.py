@@ -26,14 +26,18 @@ from service.sessions import Session, validate_session_id
 from service.wire import ActRequest, Rows, decode_request, to_rows
 
 _ENCODER = msgspec.json.Encoder()
+_NO_KEYS: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Binding:
     """What a request does to sessions once it validated."""
 
     existing: list[tuple[int, Session]]  # (row, live session)
     new: list[tuple[int, str]]  # (row, id to create)
+
+
+_NO_SESSIONS = _Binding([], [])
 
 
 class ActService:
@@ -52,12 +56,14 @@ class ActService:
         step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs))
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = self._bind(policy, rows, binding, step)
-        keys = frozenset(s.id for s in sessions if s is not None) if step.has_sessions else frozenset()
+        keys = frozenset(s.id for s in sessions if s is not None) if step.has_sessions else _NO_KEYS
+        job = Job(step, step.rows, keys)
         try:
-            output, info = await policy.batcher.submit(Job(step, step.rows, keys))
+            output, info = await policy.batcher.submit(job)
         finally:
-            self._release(policy, sessions)
-        payload = self._response(policy, req, rows, step, output, info)
+            if step.has_sessions:
+                self._release(policy, sessions)
+        payload = self._response(policy, req, rows, step, output, info, job.queue_s)
         if self.metrics is not None:
             self.metrics.act_latency(name).observe(time.perf_counter() - started)
         return _ENCODER.encode(payload)
@@ -66,6 +72,8 @@ class ActService:
 
     def _resolve(self, entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, _Binding]:
         """Which policy serves the request and which sessions it touches (no mutation)."""
+        if not rows.has_sessions:
+            return entry.policy(version), _NO_SESSIONS
         binding = _Binding([], [])
         seen: set[str] = set()
         bound: Policy | None = None
@@ -134,7 +142,7 @@ class ActService:
     # ------------------------------------------------------------------ response
 
     def _response(self, policy: Policy, req: ActRequest, rows: Rows, step: Step,
-                  output: StepOutput, info: BatchInfo) -> dict[str, Any]:
+                  output: StepOutput, info: BatchInfo, queue_s: float) -> dict[str, Any]:
         encoded = output.actions_json
         if req.unsquash_actions or req.clip_actions:
             actions = output.actions
@@ -159,7 +167,7 @@ class ActService:
         if req.debug:
             payload["debug"] = {
                 "batch_id": info.batch_id, "batch_rows": info.rows, "batch_requests": info.requests,
-                "queue_ms": round(info.queue_s * 1e3, 4), "run_ms": round(info.run_s * 1e3, 4),
+                "queue_ms": round(queue_s * 1e3, 4), "run_ms": round(info.run_s * 1e3, 4),
             }
         return payload
 

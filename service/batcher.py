@@ -31,7 +31,7 @@ log = logging.getLogger("rlserve.batcher")
 _batch_ids = itertools.count(1)  # unique across the process, so tests can compare them
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Job:
     """One request's work: ``payload`` is what the batch function receives."""
 
@@ -43,14 +43,13 @@ class Job:
     future: asyncio.Future | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BatchInfo:
-    """Debug metadata of the batch a job ran in."""
+    """Debug metadata of the batch a job ran in (each job's wait is ``Job.queue_s``)."""
 
     batch_id: int
     rows: int
     requests: int
-    queue_s: float
     run_s: float
 
 
@@ -217,16 +216,14 @@ class Batcher:
             log.exception("batch of %d requests for %s failed", len(batch), self.name)
             error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
             results = [error] * len(batch)
-        finished = time.perf_counter()
-        batch_id = next(_batch_ids)
+        info = BatchInfo(next(_batch_ids), rows, len(batch), time.perf_counter() - started)
         for job, result in zip(batch, results, strict=True):
-            info = BatchInfo(batch_id, rows, len(batch), job.queue_s, finished - started)
             if isinstance(result, ServiceError):
                 self._fail(job, result)
             elif job.future is not None and not job.future.done():
                 job.future.set_result((result, info))
         if self._observer is not None:
-            self._observer(BatchInfo(batch_id, rows, len(batch), 0.0, finished - started), batch)
+            self._observer(info, batch)
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,6 +125,19 @@ def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np
 
 @decode_value.register
 def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
+    if type(data) is list and space.dtype.kind == "f":
+        # The common case (a float Box as nested lists of numbers) in three numpy calls;
+        # anything unusual falls through to the checks below, which name the problem.
+        try:
+            arr = np.asarray(data)
+        except (ValueError, TypeError):
+            arr = None
+        if arr is not None and arr.dtype.kind in "fiu" and arr.shape == space.shape:
+            arr = arr.astype(space.dtype, copy=False)
+            # A finite sum means finite values (NaN and inf propagate); a sum that merely
+            # overflows falls through to the exact check below.
+            if math.isfinite(np.add.reduce(arr, axis=None)):
+                return arr
     arr = _array(space, data, field, space.shape)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise _fail(field, "values must be finite", space, data)

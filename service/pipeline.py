@@ -54,7 +54,13 @@ class Pipeline:
         """Raw observations (a list, or a stacked array for Box spaces) -> the model's
         ``obs`` input (B, *obs_shape), filtered."""
         if self._identity:
-            flat = np.asarray(observations) if isinstance(observations, np.ndarray) else np.stack(observations)
+            if isinstance(observations, np.ndarray):
+                flat = observations
+            elif len(observations) == 1:
+                first = observations[0]
+                flat = (first if isinstance(first, np.ndarray) else np.asarray(first))[None]
+            else:
+                flat = np.stack(observations)
         else:
             flat = np.asarray(self.preprocessor.transform_batch(observations))
         if self.obs_filter is not None:

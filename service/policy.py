@@ -28,9 +28,11 @@ from service.trees import tree_set_row, tree_slice, tree_where
 from service.wire import Rows
 
 MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observation
+_NO_RESET = np.zeros(1, dtype=bool)
+_NO_RESET.flags.writeable = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Step:
     """One request's rows, validated. Arrays are (n, ...) for the request's n rows."""
 
@@ -45,12 +47,10 @@ class Step:
     rngs: list[np.random.Generator | None] = field(default_factory=list)
     has_sessions: bool = False
 
-    @property
-    def rows(self) -> int:
-        return int(self.obs.shape[0])
+    rows: int = 0  # n, set from obs
 
 
-@dataclass
+@dataclass(slots=True)
 class StepOutput:
     """One request's slice of a batch: raw actions plus JSON-ready per-row lists."""
 
@@ -79,6 +79,7 @@ class Policy:
         obs_space = pipeline.obs_space
         self.mask_in_obs = hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict) and MASK_KEY in obs_space.spaces
         self.obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
+        self._decode_obs = codec.decode_value.dispatch(type(obs_space))  # skip per-call dispatch
         self.batcher: Batcher | None = None  # attached by registry.build_policy
         self.stateful = self.signature.is_recurrent or self.signature.uses_prev_actions or self.signature.uses_prev_rewards
 
@@ -92,7 +93,10 @@ class Policy:
         """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
         space = self.pipeline.obs_space
         field = "observation" if rows.single else "observations"
-        decoded = [codec.decode_value(space, rows.observations[0], field)] if rows.single else codec.decode_batch(space, rows.observations, field)
+        if rows.single:
+            decoded = [self._decode_obs(space, rows.observations[0], field)]
+        else:
+            decoded = codec.decode_batch(space, rows.observations, field)
         obs = self._preprocess(decoded, field)
         n = len(decoded)
         return Step(
@@ -100,10 +104,12 @@ class Policy:
             explore=self.default_explore if explore is None else explore,
             extras=extras,
             sessions=[None] * n,
-            reset=np.asarray(rows.episode_starts, dtype=bool),
-            rewards=self._rewards(rows),
-            prev_actions=self._reported_actions(rows),
-            mask=self._masks(rows, decoded),
+            # Only session rows reset; a stateless request shares one read-only row of False.
+            reset=np.asarray(rows.episode_starts, dtype=bool) if rows.has_sessions or n > 1 else _NO_RESET,
+            rewards=self._rewards(rows) if rows.has_rewards else rows.rewards,
+            prev_actions=self._reported_actions(rows) if rows.has_prev_actions else None,
+            mask=self._masks(rows, decoded) if rows.has_masks or self.mask_in_obs else None,
+            rows=n,
         )
 
     def _preprocess(self, decoded: list[Any], field: str) -> np.ndarray:
@@ -214,7 +220,11 @@ class Policy:
     def _act(self, steps: list[Step], sessions: list[Session | None], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
         spec = self.pipeline.dist_spec
         dist = spec.build(dist_inputs)
-        explore = np.concatenate([np.full(s.rows, s.explore) for s in steps])
+        modes = {s.explore for s in steps}
+        if len(modes) == 1:
+            explore = np.full(dist_inputs.shape[0], modes.pop())
+        else:
+            explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
         if explore.all():
             actions = dist.sample(self.rng)
         elif not explore.any():
@@ -248,10 +258,11 @@ class Policy:
         entropy_json = floats_json(entropy)
         dist_json = dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None
         results, start = [], 0
+        plain = isinstance(actions, np.ndarray)
         for step in steps:
             stop = start + step.rows
             results.append(StepOutput(
-                actions=tree_slice(actions, start, stop),
+                actions=actions[start:stop] if plain else tree_slice(actions, start, stop),
                 actions_json=actions_json[start:stop],
                 logp=None if logp_json is None else logp_json[start:stop],
                 value=value_json[start:stop] if value_json is not None and "value" in step.extras else None,

@@ -74,9 +74,12 @@ class ActResponse(msgspec.Struct, omit_defaults=True):
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET
 
 
-@dataclass
+@dataclass(slots=True)
 class Rows:
-    """One request as per-row lists (length B); ``single`` remembers the form."""
+    """One request as per-row lists (length B); ``single`` remembers the form.
+
+    The ``has_*`` flags let the common plain request skip the per-row field checks.
+    """
 
     single: bool
     observations: list[Any]
@@ -86,6 +89,10 @@ class Rows:
     prev_actions: list[Any]  # msgspec.UNSET where not reported
     action_masks: list[Any]  # None where not given
     seeds: list[int | None]
+    has_sessions: bool = True
+    has_rewards: bool = True
+    has_prev_actions: bool = True
+    has_masks: bool = True
 
     def __len__(self) -> int:
         return len(self.observations)
@@ -125,14 +132,12 @@ def to_rows(req: ActRequest) -> Rows:
     if single:
         _no_batch_fields(req)
         return Rows(
-            single=True,
-            observations=[req.observation],
-            session_ids=[req.session_id],
-            episode_starts=[req.episode_start],
-            rewards=[req.reward],
-            prev_actions=[req.prev_action],
-            action_masks=[req.action_mask],
-            seeds=[req.seed],
+            True, [req.observation], [req.session_id], [req.episode_start], [req.reward],
+            [req.prev_action], [req.action_mask], [req.seed],
+            has_sessions=req.session_id is not None,
+            has_rewards=req.reward is not None,
+            has_prev_actions=req.prev_action is not msgspec.UNSET and req.prev_action is not None,
+            has_masks=req.action_mask is not None,
         )
     _no_single_fields(req)
     n = len(req.observations)
@@ -147,6 +152,10 @@ def to_rows(req: ActRequest) -> Rows:
         prev_actions=_column(req.prev_actions, n, "prev_actions", msgspec.UNSET),
         action_masks=_column(req.action_masks, n, "action_masks", None),
         seeds=_column(req.seeds, n, "seeds", None),
+        has_sessions=req.session_ids is not None and any(s is not None for s in req.session_ids),
+        has_rewards=req.rewards is not None,
+        has_prev_actions=req.prev_actions is not None,
+        has_masks=req.action_masks is not None,
     )
 
 
@@ -164,6 +173,9 @@ def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[A
 
 
 def _no_batch_fields(req: ActRequest) -> None:
+    if (req.session_ids is None and req.episode_starts is None and req.rewards is None
+            and req.prev_actions is None and req.action_masks is None and req.seeds is None):
+        return
     for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds"):
         if getattr(req, name) is not None:
             raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name)
