@@ -109,10 +109,6 @@ class ActService:
         for row, session in binding.existing:
             if rows.episode_starts[row]:
                 store.restart(session, rows.seeds[row])
-            elif session.steps == 0:
-                # First step of a session made by POST .../sessions: its slot may be a
-                # recycled one still holding an ended session's state.
-                step.reset[row] = True
             sessions[row] = session
         for row, session_id in binding.new:
             sessions[row] = store.create(session_id, rows.seeds[row])
@@ -120,8 +116,7 @@ class ActService:
         rngs = []
         for session in sessions:
             if session is not None:
-                session.inflight += 1
-                store.touch(session)
+                session.inflight += 1  # pins it: never evicted or expired while queued
             rngs.append(None if session is None else session.rng)
         step.sessions = sessions
         step.rngs = rngs

@@ -9,6 +9,7 @@ itself for one policy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +129,7 @@ class Policy:
 
     def _rewards(self, rows: Rows) -> list[float | None]:
         for i, reward in enumerate(rows.rewards):
-            if reward is not None and not np.isfinite(reward):
+            if reward is not None and not math.isfinite(reward):
                 name = "reward" if rows.single else f"rewards[{i}]"
                 raise InvalidInput(f"{name}: must be a finite number", field=name, received=str(reward))
         return rows.rewards

@@ -123,6 +123,10 @@ class SessionStore:
         if len(self._sessions) >= self.max_sessions:
             self._evict_one()
         slot = self._take_slot()
+        # A recycled slot still holds its previous owner's state; a new session starts
+        # from the initial values whichever way it was created.
+        with self.slabs.lock:
+            self.slabs.reset(np.array([slot]))
         now = self.clock()
         session = Session(session_id, slot, seed, _rng(seed), now, now, version=self.version)
         self._sessions[session_id] = session

@@ -147,3 +147,16 @@ async def test_episode_start_resets_state(make_client):
     second = (await act(client, "e", explore=False, outputs=["dist_inputs"])).json()
     again = (await act(client, "e", episode_start=True, explore=False, outputs=["dist_inputs"])).json()
     assert first["dist_inputs"] != second["dist_inputs"] and again["dist_inputs"] == first["dist_inputs"]
+
+
+async def test_explicitly_created_session_starts_fresh_on_a_recycled_slot(make_client):
+    _, client = make_client(("lstm",), max_sessions=1)
+    fresh = (await client.post("/v1/models/lstm/act", json={"observation": OBS, "explore": False,
+                                                            "outputs": ["dist_inputs"]})).json()["dist_inputs"]
+    sid = (await client.post("/v1/models/lstm/sessions", json={})).json()["session_id"]
+    for _ in range(3):
+        await act(client, sid, [0.9, 0.9, -0.9, 0.5], explore=False)
+    await client.delete(f"/v1/models/lstm/sessions/{sid}")
+    again = (await client.post("/v1/models/lstm/sessions", json={})).json()["session_id"]
+    first = (await act(client, again, explore=False, outputs=["dist_inputs"])).json()["dist_inputs"]
+    assert first == fresh

@@ -146,3 +146,16 @@ def test_duplicate_create_conflicts_and_seed_reproduces():
     assert s.rng.integers(1 << 30) == np.random.default_rng(7).integers(1 << 30)
     store.restart(s, seed=7)
     assert s.rng.integers(1 << 30) == np.random.default_rng(7).integers(1 << 30)
+
+
+def test_recycled_slot_starts_from_the_initial_state():
+    store, _ = _store()
+    first = store.create("a")
+    slabs = store.slabs
+    slot = np.array([first.slot])
+    slabs.scatter(slot, [np.full((1, 3), 9, np.float32), np.full((1, 3), 9, np.float32)], np.ones((1, 2), np.float32))
+    store.end("a")
+    second = store.create("b")
+    assert second.slot == first.slot
+    got = slabs.gather(np.array([second.slot]))
+    assert not got["state_in_0"].any() and np.all(got["state_in_1"] == 0.5) and not got["prev_actions"].any()
