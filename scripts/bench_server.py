@@ -230,6 +230,12 @@ def lstm_sessions(c: int, rng) -> list[list[bytes]]:
     return out
 
 
+def lstm_stateless(c: int, rng) -> list[list[bytes]]:
+    # The same LSTM model without sessions (initial state every call): what sessions cost.
+    return [[_request("/v1/models/lstm/act", json.dumps({"observation": obs_row(rng)}).encode()) for _ in range(8)]
+            for _ in range(c)]
+
+
 def minimal(c: int, rng) -> list[list[bytes]]:
     return [[_request("/", json.dumps({"observation": obs_row(rng)}).encode())] for _ in range(c)]
 
@@ -242,10 +248,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--only", nargs="+", default=None,
-                        choices=["minimal", "mlp", "lstm", "batch64", "nobatch"])
+                        choices=["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch"])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each point this many times and report the median req/s (the machine is shared)")
     parser.add_argument("--env", nargs="*", default=[], help="extra RLSERVE_X=Y settings for the server")
     args = parser.parse_args()
-    wanted = set(args.only or ["minimal", "mlp", "lstm", "batch64", "nobatch"])
+    wanted = set(args.only or ["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch"])
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     rng = np.random.default_rng(0)
 
@@ -261,6 +269,7 @@ def main() -> None:
             ("minimal", "minimal ASGI app", minimal, None),
             ("mlp", "MLP 256x256, 1 obs", mlp_single, {}),
             ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
+            ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
             ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
             ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
         ]
@@ -270,14 +279,39 @@ def main() -> None:
             proc, port = start_minimal(Path(tmp)) if env is None else start_rlserve(repo, {**extra_env, **env})
             try:
                 for c in args.concurrency:
-                    res = run_load(port, make(c, rng), args.duration, args.warmup)
+                    runs = [run_load(port, make(c, rng), args.duration, args.warmup) for _ in range(args.repeat)]
+                    res = sorted(runs, key=lambda r: r["req_s"])[len(runs) // 2]
                     obs = 64 if key == "batch64" else 1
-                    rows.append((label, c, res, obs))
+                    rows.append((key, c, res, obs))
                     print(f"{label:<36} c={c:<3} {res['req_s']:>9.0f} req/s {res['req_s'] * obs:>10.0f} obs/s "
                           f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}",
                           flush=True)
             finally:
                 stop(proc)
+        summarize(rows)
+
+
+def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
+    """The issue's targets, as ratios of numbers measured in this run."""
+    got = {(key, c): res for key, c, res, _ in rows}
+
+    def ratio(a: tuple[str, int], b: tuple[str, int]) -> str:
+        if a in got and b in got and got[b]["req_s"]:
+            return f"{got[a]['req_s'] / got[b]['req_s']:.2f}"
+        return "n/a"
+
+    print("\ntargets (this run):")
+    for c in sorted({c for _, c in got}):
+        print(f"  c={c:<3} MLP / minimal ASGI {ratio(('mlp', c), ('minimal', c))} (>= 0.5)   "
+              f"LSTM sessions / MLP stateless {ratio(('lstm', c), ('mlp', c))}   "
+              f"LSTM sessions / LSTM stateless {ratio(('lstm', c), ('lstm_stateless', c))} (>= 0.8)")
+    for (key, c), res in sorted(got.items()):
+        if key == "batch64":
+            print(f"  64-obs requests c={c:<3} {res['req_s'] * 64:>9.0f} obs/s (>= 150000)")
+    worst = max(((res["p99_ms"] / res["p50_ms"], key, c) for (key, c), res in got.items()
+                 if key != "minimal" and res["p50_ms"] > 0), default=None)
+    if worst:
+        print(f"  worst p99/p50: {worst[0]:.2f} ({worst[1]} c={worst[2]}) (<= 3)")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ class Settings(BaseSettings):
 
     # Dynamic batching: a batch closes at max_batch_size rows or max_batch_delay_ms after
     # its first request arrived, whichever comes first (0 = take what is queued now).
-    max_batch_size: int = Field(256, ge=1)
+    max_batch_size: int = Field(1024, ge=1)  # 64-observation requests: 16 per call
     max_batch_delay_ms: float = Field(0.0, ge=0.0)
     batching: bool = True  # False runs every request as its own runtime call
     queue_limit: int = Field(4096, ge=1)  # pending rows per model version before 503
