@@ -56,7 +56,12 @@ class ActService:
         step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs))
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = self._bind(policy, rows, binding, step)
-        keys = frozenset(s.id for s in sessions if s is not None) if step.has_sessions else _NO_KEYS
+        if not step.has_sessions:
+            keys = _NO_KEYS
+        elif rows.single:
+            keys = frozenset((sessions[0].id,))
+        else:
+            keys = frozenset(s.id for s in sessions if s is not None)
         job = Job(step, step.rows, keys)
         try:
             output, info = await policy.batcher.submit(job)
@@ -74,6 +79,12 @@ class ActService:
         """Which policy serves the request and which sessions it touches (no mutation)."""
         if not rows.has_sessions:
             return entry.policy(version), _NO_SESSIONS
+        if rows.single and not rows.episode_starts[0]:
+            # The common session step: one live session, no creation.
+            validate_session_id(rows.session_ids[0])
+            policy, session = entry.find_session(rows.session_ids[0])
+            entry.check_pinned(policy, version, session.id)
+            return policy, _Binding([(0, session)], [])
         binding = _Binding([], [])
         seen: set[str] = set()
         bound: Policy | None = None

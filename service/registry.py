@@ -127,6 +127,10 @@ class ModelEntry:
     def find_session(self, session_id: str) -> tuple[Policy, Session]:
         """The live session and its policy; 410 if it is gone, 404 if never seen."""
         for policy in self.versions.values():
+            session = policy.sessions.live(session_id)
+            if session is not None:
+                return policy, session
+        for policy in self.versions.values():
             if policy.sessions.knows(session_id):
                 return policy, policy.sessions.get(session_id)
         if session_id in self.gone:

@@ -99,13 +99,23 @@ class SessionStore:
             received=session_id,
         )
 
+    def live(self, session_id: str) -> Session | None:
+        """The live session or None (the hot-path lookup: no exceptions, no messages).
+
+        A session idle past its TTL counts as not live; ``get`` then reports why.
+        """
+        session = self._sessions.get(session_id)
+        if session is not None and (session.inflight or self.clock() - session.last_used <= self.idle_ttl_s):
+            return session
+        return None
+
     def knows(self, session_id: str) -> bool:
         """True if the id is live or remembered as gone."""
         return session_id in self._sessions or session_id in self._tombstones
 
     def touch(self, session: Session) -> None:
         session.last_used = self.clock()
-        if session.id in self._sessions:
+        if not session.ended:
             self._sessions.move_to_end(session.id)
 
     # ------------------------------------------------------------------ lifecycle
