@@ -62,19 +62,20 @@ class RawActHandler:
     async def _read_body(self, receive: Any) -> bytes:
         message = await receive()
         body = message.get("body", b"")
-        if not message.get("more_body", False):
+        if not message.get("more_body", False) and len(body) <= self.max_body_bytes:
             return body
         chunks = [body]
         size = len(body)
-        while message.get("more_body", False):
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
+        while True:
             if size > self.max_body_bytes:
                 raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes",
                                       expected=self.max_body_bytes, received=size)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
             chunks.append(chunk)
-        return b"".join(chunks)
 
     def _error(self, exc: ServiceError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         if self.metrics is not None:

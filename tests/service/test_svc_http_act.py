@@ -234,3 +234,10 @@ async def test_torchscript_runtime_gives_the_same_answers(make_client):
     np.testing.assert_allclose(a["value"], b["value"], rtol=1e-5, atol=1e-6)
     meta = (await ts_client.get("/v1/models/mlp")).json()
     assert meta["runtime"]["kind"] == "torchscript"
+
+
+async def test_oversized_body_is_413(make_client):
+    _, client = make_client(("mlp",), max_body_bytes=2048)
+    r = await client.post("/v1/models/mlp/act", json={"observations": [OBS] * 200})
+    assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large"
+    assert (await client.post("/v1/models/mlp/act", json={"observation": OBS})).status_code == 200
