@@ -29,7 +29,7 @@ class ErrorResponse(BaseModel):
 
 class CreateSession(_Strict):
     session_id: str | None = Field(None, min_length=1, max_length=128, description="Client-chosen id; generated when absent")
-    seed: int | None = Field(None, description="Seeds the session's sampler so an episode replays")
+    seed: int | None = Field(None, ge=0, description="Seeds the session's sampler so an episode replays")
     version: str | None = Field(None, description="Bind to this version instead of the current one")
 
 

@@ -129,6 +129,7 @@ class SessionStore:
                 field="session_id",
                 received=session_id,
             )
+        rng = _rng(seed)  # before anything changes: a bad seed must not leak a slot
         self.expire_idle()
         if len(self._sessions) >= self.max_sessions:
             self._evict_one()
@@ -138,7 +139,7 @@ class SessionStore:
         with self.slabs.lock:
             self.slabs.reset(np.array([slot]))
         now = self.clock()
-        session = Session(session_id, slot, seed, _rng(seed), now, now, version=self.version)
+        session = Session(session_id, slot, seed, rng, now, now, version=self.version)
         self._sessions[session_id] = session
         self._tombstones.pop(session_id, None)
         return session

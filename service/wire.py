@@ -10,13 +10,14 @@ The same structs generate the OpenAPI schema of the act routes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from service.errors import BadRequest, InvalidJSON
 
 Extra = Literal["value", "entropy", "dist_inputs"]
+Seed = Annotated[int, msgspec.Meta(ge=0)]  # numpy's SeedSequence takes non-negative integers
 
 
 class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -39,8 +40,8 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     action_mask: Any = None
     action_masks: list[Any] | None = None
     # Seeds a new session's sampler (on creation or episode_start) so an episode replays.
-    seed: int | None = None
-    seeds: list[int | None] | None = None
+    seed: Seed | None = None
+    seeds: list[Seed | None] | None = None
     explore: bool | None = None
     clip_actions: bool = False
     unsquash_actions: bool = False
@@ -110,6 +111,8 @@ def decode_request(body: bytes) -> ActRequest:
         raise BadRequest(f"invalid request: {exc}", field=_field_of(str(exc)), received=None) from None
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidJSON("request body is nested too deeply") from None
 
 
 def _field_of(message: str) -> str | None:

@@ -39,6 +39,8 @@ def test_batch_form_columns_default_per_row():
         ({"observation": [1], "bogus": 1}, "bogus"),
         ({"observation": [1], "explore": "yes"}, "explore"),
         ({"observation": [1], "outputs": ["everything"]}, "outputs[0]"),
+        ({"observation": [1], "seed": -1}, "seed"),
+        ({"observations": [[1]], "seeds": [-1]}, "seeds[0]"),
     ],
 )
 def test_malformed_requests_are_400_naming_the_field(payload, field):
@@ -50,6 +52,8 @@ def test_malformed_requests_are_400_naming_the_field(payload, field):
 def test_invalid_json_is_its_own_error():
     with pytest.raises(InvalidJSON):
         decode_request(b"{not json")
+    with pytest.raises(InvalidJSON, match="nested too deeply"):
+        decode_request(b'{"observation": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
     with pytest.raises(InvalidJSON):
         decode_request(b"")
 
