@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
+from conformance.keys_checked import mark_fields, mark_io
 from models.distributions import (
     ActionDistSpec,
     DistributionError,
@@ -82,6 +83,7 @@ def test_catalog_choice(name: str) -> None:
         # Without dist_type the catalog must not pick the explicit-only class.
         default = get_action_dist(space_from_json(case.meta["action_space"]), case.meta["model_config"])
         assert default.name != case.meta["action_dist"]["class"]
+    mark_fields(case, "action_dist", "num_outputs")
 
 
 def _prefixes(case: OracleCase) -> list[tuple[str, np.ndarray, dict[str, str]]]:
@@ -130,18 +132,24 @@ def test_distribution_outputs(name: str) -> None:
         lead = _leading(case, prefix)
         dist = spec.build(inputs)
         mode = _by_path(space, dist.deterministic_sample())
+        if prefix != "dist":  # model_out is an output, compared by the model tests
+            mark_io(case, "probe/dist_inputs")
         for path, expected in _tree(case, f"{prefix}/deterministic_sample", lead).items():
             assert_close(mode[path], expected, f"{prefix}/deterministic_sample/{path}")
+            mark_io(case, f"{prefix}/deterministic_sample" + (f"/{path}" if path else ""))
         if f"{prefix}/entropy" in case.io:
             entropy = case.io[f"{prefix}/entropy"]
             assert_close(dist.entropy(), entropy.reshape((-1, *entropy.shape[lead:])), f"{prefix}/entropy")
+            mark_io(case, f"{prefix}/entropy")
         if f"{prefix}/logp_each_action" in case.io:
             each = case.io[f"{prefix}/logp_each_action"]
             assert_close(dist.logp_each_action(), each.reshape(-1, each.shape[-1]), f"{prefix}/logp_each_action")
+            mark_io(case, f"{prefix}/logp_each_action")
         if f"{prefix}/sampled_action_logp" in case.io:
             dist.deterministic_sample()
             recorded = case.io[f"{prefix}/sampled_action_logp"].reshape(-1)
             assert_close(dist.sampled_action_logp(), recorded, f"{prefix}/sampled_action_logp")
+            mark_io(case, f"{prefix}/sampled_action_logp")
         for set_name in _action_sets(case, prefix):
             _check_action_set(case, prefix, set_name, lead, space, dist, errors)
         _check_recorded_errors(case, prefix, lead, space, spec.build(inputs), errors)
@@ -159,6 +167,9 @@ def _check_recorded_errors(case, prefix, lead, space, dist, errors) -> None:
     for method in errors:
         with pytest.raises(DistributionError):
             calls[method]()
+        if method.startswith("logp"):  # the recorded actions were this call's input
+            mark_io(case, *case.keys_under(f"{prefix}/actions/{method.split('[')[1].rstrip(']')}"))
+    mark_fields(case, "dist_errors" if prefix == "dist" else "probe_dist_errors")
 
 
 def _check_action_set(case, prefix, set_name, lead, space, dist, errors) -> None:
@@ -166,14 +177,17 @@ def _check_action_set(case, prefix, set_name, lead, space, dist, errors) -> None
     what = f"{prefix}/logp/{set_name}"
     if what in case.io:
         assert_close(dist.logp(actions), case.io[what].reshape(-1), what)
+        mark_io(case, what, *case.keys_under(f"{prefix}/actions/{set_name}"))
     flat_key = f"{prefix}/actions_flat/{set_name}"
     if flat_key in case.io:
         flat = flatten_actions(space, actions)
         assert flat.dtype == np.float32
         assert_close(flat, case.io[flat_key], flat_key)
+        mark_io(case, flat_key, *case.keys_under(f"{prefix}/actions/{set_name}"))
         logp_flat = f"{prefix}/logp_flat/{set_name}"
         if logp_flat in case.io:
             assert_close(dist.logp(case.io[flat_key].astype(np.float32)), case.io[logp_flat], logp_flat)
+            mark_io(case, logp_flat)
 
 
 @pytest.mark.parametrize("name", _dist_case_names())
@@ -234,3 +248,4 @@ def test_action_mask_matches_rllib_example(name: str) -> None:
     case = _case(name)
     masked = apply_action_mask(case.io["model_out_unmasked"], case.io["obs/action_mask"], _spec(case))
     assert_close(masked, case.io["model_out"], "masked logits")
+    mark_io(case, "model_out_unmasked", "obs/action_mask", "model_out")

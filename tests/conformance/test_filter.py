@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
+from conformance.keys_checked import mark_fields, mark_io
 from models.filters import MeanStdFilter
 
 
@@ -42,6 +43,8 @@ def test_stream_of_single_pushes(case: OracleCase) -> None:
         assert filt.std.dtype == np.float32
         assert_close(filt.std, io["running_std"][t], f"running_std[{t}]")
         assert filt.num_pushes == io["running_n"][t]
+    mark_io(case, "stream", "stream_filtered", "running_mean", "running_std", "running_n")
+    mark_fields(case, "filter")
 
 
 def test_final_statistics_and_frozen_batch(case: OracleCase) -> None:
@@ -59,6 +62,7 @@ def test_final_statistics_and_frozen_batch(case: OracleCase) -> None:
     assert frozen.dtype == io["frozen_out"].dtype
     assert_close(frozen, io["frozen_out"], "frozen_out")
     assert filt.num_pushes == int(io["final/num_pushes"])  # update=False leaves the stats alone
+    mark_io(case, "frozen_in", "frozen_out", *case.keys_under("final"))
 
 
 def test_one_push_has_zero_std(case: OracleCase) -> None:
@@ -66,3 +70,4 @@ def test_one_push_has_zero_std(case: OracleCase) -> None:
     filt(case.io["stream"][0], update=True)
     np.testing.assert_array_equal(filt.std, 0.0)
     assert_close(filt(case.io["frozen_in"], update=False), case.io["one_push/out_frozen"], "one_push/out_frozen")
+    mark_io(case, "one_push/out_frozen")

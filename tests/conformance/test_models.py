@@ -15,6 +15,7 @@ import pytest
 import torch
 from oracle import assert_close, case_names, load_case, oracle_dir
 
+from conformance.keys_checked import mark_fields, mark_io
 from models.catalog import build_model, describe_model
 from models.config import merge_model_config
 from models.distributions import get_action_dist
@@ -54,6 +55,7 @@ def _built(case) -> torch.nn.Module:
 def test_catalog_picks_rllibs_class(case):
     obs_space, action_space = _spaces(case)
     assert describe_model(obs_space, action_space, case.meta["model_config"]) == case.meta["model_class"]
+    mark_fields(case, "model_class")
 
 
 def test_num_outputs(case):
@@ -69,6 +71,7 @@ def test_num_outputs(case):
     assert model.num_outputs == case.meta["model_num_outputs"]
     assert model.signature().num_outputs == case.meta["num_outputs"]
     assert model.signature().obs_shape == tuple(case.meta["preprocessor"]["output_shape"])
+    mark_fields(case, "num_outputs", "model_num_outputs")
 
 
 def test_outputs_match_rllib(case):
@@ -78,12 +81,14 @@ def test_outputs_match_rllib(case):
         out, value = model(obs)
     assert_close(out.numpy(), case.io["model_out"], "model_out", rtol=RTOL, atol=ATOL)
     assert_close(value.numpy(), case.io["value"], "value", rtol=RTOL, atol=ATOL)
+    mark_io(case, "obs_flat", "model_out", "value")
     if "model_out_unmasked" in case.io:
         # Action masking: the internal model's logits before the mask, and its value.
         with torch.no_grad():
             logits, inner_value = model.base.unmasked(obs)
         assert_close(logits.numpy(), case.io["model_out_unmasked"], "model_out_unmasked", rtol=RTOL, atol=ATOL)
         assert_close(inner_value.numpy(), case.io["value"], "internal value", rtol=RTOL, atol=ATOL)
+        mark_io(case, "model_out_unmasked")
 
 
 def test_native_dtype_input_equals_float32(case):

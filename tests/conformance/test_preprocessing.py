@@ -14,6 +14,7 @@ import pytest
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 from unit.space_catalog import row_from_columns
 
+from conformance.keys_checked import mark_fields, mark_io
 from models.preprocessors import get_preprocessor
 from models.spaces import space_from_json, space_to_json
 
@@ -44,6 +45,7 @@ def test_description_matches_rllib(case: OracleCase) -> None:
     assert prep.size == expected["size"]
     assert prep.options == expected["options"]
     assert prep.layout == expected["layout"]
+    mark_fields(case, *(f"preprocessor.{k}" for k in ("class", "output_shape", "output_dtype", "size", "options", "layout")))
 
 
 def test_columnar_batch_matches_obs_flat(case: OracleCase) -> None:
@@ -52,6 +54,7 @@ def test_columnar_batch_matches_obs_flat(case: OracleCase) -> None:
     expected = case.io["obs_flat"]
     assert out.dtype == expected.dtype, f"dtype {out.dtype} != RLlib's {expected.dtype}"
     assert_close(out, expected, f"{case.name} obs_flat")
+    mark_io(case, "obs_flat", *case.keys_under("obs"))
 
 
 def test_each_row_matches_obs_flat(case: OracleCase) -> None:
@@ -75,3 +78,4 @@ def test_model_observation_space_matches(case: OracleCase) -> None:
     assert hasattr(given, "original_space") == has_original
     if has_original:
         assert space_to_json(given.original_space) == case.meta["observation_space"]
+    mark_fields(case, "model_obs_space")

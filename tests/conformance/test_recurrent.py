@@ -16,6 +16,7 @@ import pytest
 import torch
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
+from conformance.keys_checked import mark_fields, mark_io
 from models.catalog import build_model, describe_model
 from models.rllib_import import load_rllib_weights
 from models.spaces import space_from_json
@@ -108,6 +109,7 @@ def test_signature_matches_recorded_state(case):
             assert list(spec.shape[-1:]) == state["state_out_shape_per_row"]
             assert spec.shape[0] == state["memory_inference"]
     assert sig.num_outputs == case.meta["num_outputs"]
+    mark_fields(case, "model_class", "state", "num_outputs")
 
 
 def test_stepwise_trajectory_matches_rllib(case):
@@ -115,11 +117,13 @@ def test_stepwise_trajectory_matches_rllib(case):
     sig = model.signature()
     batch, steps = case.meta["batch_size"], case.meta["T"]
     state = [torch.full((batch, *s.shape), s.initial_value) for s in sig.state]
+    compared = set()
     for t in range(steps):
         for i, s in enumerate(state):
             assert_close(
                 s.numpy(), case.io[f"state_in/{i}"][t], f"state_in/{i} at t={t}", atol=ATOL
             )
+            compared.add(f"state_in/{i}")
         obs = torch.from_numpy(np.ascontiguousarray(case.io["obs_flat"][t]))
         with torch.no_grad():
             logits, value, *state = model(obs, *state, *_prev_inputs(case, sig, t))
@@ -128,6 +132,10 @@ def test_stepwise_trajectory_matches_rllib(case):
         for i, s in enumerate(state):
             want = case.io[f"state_out/{i}"][t]
             assert_close(_newest_row(case, s), want, f"state_out/{i} at t={t}", atol=ATOL)
+            compared.add(f"state_out/{i}")
+    fed = [k for k in ("prev_actions", "prev_rewards") if k in case.io]
+    mark_io(case, "obs_flat", "model_out", "value", *sorted(compared), *fed)
+    mark_fields(case, "batch_size", "T")
 
 
 def test_lstm_sequence_mode_matches_rllib(lstm_case):
@@ -154,3 +162,4 @@ def test_lstm_sequence_mode_matches_rllib(lstm_case):
     assert_close(h.numpy(), case.io["seqmode/state_out/0"], "seqmode/state_out/0", atol=ATOL)
     assert_close(c.numpy(), case.io["seqmode/state_out/1"], "seqmode/state_out/1", atol=ATOL)
     assert steps == case.io["seqmode/model_out"].shape[0]
+    mark_io(case, "seqmode/model_out", "seqmode/value", "seqmode/state_out/0", "seqmode/state_out/1")
