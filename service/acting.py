@@ -116,6 +116,11 @@ class ActService:
         if not binding.existing and not binding.new:
             return step.sessions
         store = policy.sessions
+        if rows.single and binding.existing and not rows.episode_starts[0]:
+            session = binding.existing[0][1]  # the common session step
+            session.inflight += 1
+            step.sessions, step.rngs, step.has_sessions = [session], [session.rng], True
+            return step.sessions
         sessions: list[Session | None] = [None] * len(rows)
         for row, session in binding.existing:
             if rows.episode_starts[row]:

@@ -45,7 +45,7 @@ class Step:
     rewards: list[float | None]
     prev_actions: np.ndarray | None  # (n, A) reported taken actions, NaN rows where absent
     mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
-    rngs: list[np.random.Generator | None] = field(default_factory=list)
+    rngs: list[np.random.Generator | None] = field(default_factory=list)  # per row; [] = none
     has_sessions: bool = False
 
     rows: int = 0  # n, set from obs
@@ -170,15 +170,14 @@ class Policy:
 
     def run_batch(self, steps: list[Step]) -> list[StepOutput]:
         obs = steps[0].obs if len(steps) == 1 else np.concatenate([s.obs for s in steps])
-        sessions = [s for step in steps for s in step.sessions]
         inputs = {"obs": obs}
         if self.stateful:
-            slots, live = self._slots(sessions)
+            slots, live = self._slots([s for step in steps for s in step.sessions])
             self._gather(steps, slots, live, inputs)
         outputs = self.runtime.run(inputs)
         dist_inputs = outputs["dist_inputs"]
         dist_inputs = self._apply_masks(steps, dist_inputs)
-        actions, logp, entropy = self._act(steps, sessions, dist_inputs)
+        actions, logp, entropy = self._act(steps, dist_inputs)
         if self.stateful:
             self._scatter(outputs, slots, live, actions)
         return self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
@@ -218,7 +217,7 @@ class Policy:
         mask = np.concatenate([s.mask if s.mask is not None else np.ones((s.rows, layout.width), bool) for s in steps])
         return masks.apply_mask(dist_inputs, mask, layout)
 
-    def _act(self, steps: list[Step], sessions: list[Session | None], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
+    def _act(self, steps: list[Step], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
         spec = self.pipeline.dist_spec
         dist = spec.build(dist_inputs)
         modes = {s.explore for s in steps}
@@ -232,11 +231,15 @@ class Policy:
             actions = dist.deterministic_sample()
         else:
             actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
-        # Seeded sessions draw from their own generator, one row at a time, so an episode
-        # replays whatever else shares its batch.
-        for row, session in enumerate(sessions if any(s.has_sessions for s in steps) else ()):
-            if session is not None and session.rng is not None and explore[row]:
-                tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(session.rng))
+        # Seeded sessions draw from their own generator (the one they had when the request
+        # was accepted), one row at a time, so an episode replays whatever shares its batch.
+        start = 0
+        for step in steps:
+            for offset, rng in enumerate(step.rngs):
+                row = start + offset
+                if rng is not None and explore[row]:
+                    tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
+            start += step.rows
         logp = _optional(lambda: dist.logp(actions))
         wants_entropy = any("entropy" in s.extras for s in steps)
         entropy = _optional(dist.entropy) if wants_entropy else None
