@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,6 +42,13 @@ def case(request) -> OracleCase:
 
 
 def _built(case: OracleCase) -> torch.nn.Module:
+    return _built_by_path(str(case.path))
+
+
+@functools.cache
+def _built_by_path(path: str) -> torch.nn.Module:
+    """Built once per case: the tests below only read the model (no training, no mutation)."""
+    case = load_case(Path(path).name)
     meta = case.meta
     model = build_model(
         space_from_json(meta["observation_space"]), space_from_json(meta["action_space"]),
