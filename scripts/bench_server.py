@@ -130,7 +130,7 @@ def _request(path: str, body: bytes) -> bytes:
 
 
 async def _connection(port: int, requests: list[bytes], stop_at: float, warm_until: float,
-                      latencies: list[float], errors: list[int]) -> None:
+                      latencies: list[float], errors: list[int], total: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     i = 0
     while True:
@@ -149,6 +149,7 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, warm_unt
             raise RuntimeError(f"response without content-length: {head!r}")
         await reader.readexactly(length)
         done = time.perf_counter()
+        total[0] += 1
         if done > warm_until:
             latencies.append(done - now)
             if status != 200:
@@ -163,14 +164,15 @@ def _load_process(port: int, requests_per_conn: list[list[bytes]], duration: flo
     except ImportError:
         pass
 
-    async def main() -> tuple[list[float], list[int]]:
+    async def main() -> tuple[list[float], list[int], int]:
         latencies: list[float] = []
         errors: list[int] = []
+        total = [0]
         start = time.perf_counter()
         warm_until, stop_at = start + warmup, start + warmup + duration
-        await asyncio.gather(*(_connection(port, reqs, stop_at, warm_until, latencies, errors)
+        await asyncio.gather(*(_connection(port, reqs, stop_at, warm_until, latencies, errors, total)
                                for reqs in requests_per_conn))
-        return latencies, errors
+        return latencies, errors, total[0]
 
     try:
         queue.put(asyncio.run(main()))
@@ -179,15 +181,27 @@ def _load_process(port: int, requests_per_conn: list[list[bytes]], duration: flo
         raise
 
 
-def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float,
+             server_pid: int | None = None) -> dict:
     queue = mp.get_context("spawn").Queue()
     proc = mp.get_context("spawn").Process(target=_load_process, args=(port, requests_per_conn, duration, warmup, queue))
+    cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
     proc.start()
     result = queue.get()
     proc.join()
+    cpu_used = (cpu_seconds(server_pid) - cpu_before) if server_pid else 0.0
     if isinstance(result, BaseException):
         raise RuntimeError("load generator failed") from result
-    latencies, errors = result
+    latencies, errors, total = result
     latencies.sort()
     n = len(latencies)
     return {
@@ -197,6 +211,9 @@ def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, w
         "p99_ms": 1e3 * latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
         "mean_ms": 1e3 * statistics.fmean(latencies) if n else float("nan"),
         "errors": len(errors),
+        # Server CPU per request (warm-up included on both sides): less sensitive than
+        # req/s to other load on a shared machine.
+        "cpu_us": 1e6 * cpu_used / total if total else float("nan"),
     }
 
 
@@ -279,12 +296,14 @@ def main() -> None:
             proc, port = start_minimal(Path(tmp)) if env is None else start_rlserve(repo, {**extra_env, **env})
             try:
                 for c in args.concurrency:
-                    runs = [run_load(port, make(c, rng), args.duration, args.warmup) for _ in range(args.repeat)]
+                    runs = [run_load(port, make(c, rng), args.duration, args.warmup, proc.pid)
+                            for _ in range(args.repeat)]
                     res = sorted(runs, key=lambda r: r["req_s"])[len(runs) // 2]
                     obs = 64 if key == "batch64" else 1
                     rows.append((key, c, res, obs))
                     print(f"{label:<36} c={c:<3} {res['req_s']:>9.0f} req/s {res['req_s'] * obs:>10.0f} obs/s "
-                          f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}",
+                          f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  "
+                          f"server cpu {res['cpu_us']:6.1f} us/req  errors {res['errors']}",
                           flush=True)
             finally:
                 stop(proc)
@@ -296,8 +315,9 @@ def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
     got = {(key, c): res for key, c, res, _ in rows}
 
     def ratio(a: tuple[str, int], b: tuple[str, int]) -> str:
+        """req/s ratio, and in brackets the inverse ratio of server CPU per request."""
         if a in got and b in got and got[b]["req_s"]:
-            return f"{got[a]['req_s'] / got[b]['req_s']:.2f}"
+            return f"{got[a]['req_s'] / got[b]['req_s']:.2f} [cpu {got[b]['cpu_us'] / got[a]['cpu_us']:.2f}]"
         return "n/a"
 
     print("\ntargets (this run):")

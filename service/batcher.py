@@ -149,8 +149,16 @@ class Batcher:
             if self.enabled:
                 await self._fill()
             batch = self._take()
-            if batch:
+            if not batch:
+                continue
+            try:
                 await self._execute(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not strand the queue behind a dead worker
+                log.exception("batcher %s: unexpected error; failing the batch", self.name)
+                for job in batch:
+                    self._fail(job, BatchFailed(f"model {self.name}: internal error while batching"))
 
     async def _wait_for(self, rows: int, timeout: float | None) -> None:
         """Sleep until ``rows`` rows are queued or ``timeout`` seconds pass."""
@@ -223,7 +231,10 @@ class Batcher:
             elif job.future is not None and not job.future.done():
                 job.future.set_result((result, info))
         if self._observer is not None:
-            self._observer(info, batch)
+            try:
+                self._observer(info, batch)
+            except Exception:  # metrics must never fail a request
+                log.exception("batch observer failed")
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:

@@ -121,3 +121,13 @@ async def test_large_batches_run_in_a_worker_thread():
     await b.submit(Job(2, 10))
     assert threads[0] == threading.current_thread().name and threads[1].startswith("batch-")
     await b.close()
+
+
+async def test_a_broken_observer_does_not_stop_the_worker():
+    def observer(info, jobs):
+        raise RuntimeError("metrics backend down")
+
+    b = _batcher(lambda payloads: payloads, observer=observer)
+    assert (await b.submit(Job(1, 1)))[0] == 1
+    assert (await b.submit(Job(2, 1)))[0] == 2
+    await b.close()
