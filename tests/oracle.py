@@ -80,3 +80,34 @@ def assert_close(actual: Any, expected: np.ndarray, what: str, rtol: float = 1e-
         np.testing.assert_allclose(
             actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, err_msg=what
         )
+
+
+@cache
+def read_meta(name: str) -> dict[str, Any]:
+    """A case's case.json, without loading its arrays."""
+    return json.loads((oracle_dir() / name / "case.json").read_text())
+
+
+@cache
+def io_key_names(name: str) -> tuple[str, ...]:
+    """The io.npz key names of a case, without reading the arrays."""
+    with np.load(oracle_dir() / name / "io.npz", allow_pickle=False) as z:
+        return tuple(z.files)
+
+
+NO_CASES_PREFIX = "<no cases"
+
+
+def select_cases(predicate: Any) -> list[str]:
+    """Names of the cases for which ``predicate(name)`` holds.
+
+    An empty or missing folder gives one placeholder name (starting with
+    ``NO_CASES_PREFIX``) that the tests turn into a failure. A folder that has cases but
+    none this test applies to gives an empty list: pytest reports that test as skipped
+    ("empty parameter set"), which is right for a fixture folder without, say, a filter
+    case; test_coverage.py separately requires a non-empty, fully checked folder.
+    """
+    names = case_names()
+    if not names:
+        return [f"{NO_CASES_PREFIX} in {oracle_dir()}>"]
+    return [n for n in names if predicate(n)]

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import (
+    OracleCase,
+    assert_close,
+    load_case,
+    oracle_dir,
+    read_meta,
+    select_cases,
+)
 
 from conformance.keys_checked import mark_fields, mark_io
 from models.distributions import (
@@ -38,12 +45,7 @@ _EXPLICIT_ONLY = {"TorchSquashedGaussian", "TorchBeta", "TorchDeterministic"}
 
 
 def _dist_case_names() -> list[str]:
-    names = []
-    for name in case_names():
-        meta = json.loads((oracle_dir() / name / "case.json").read_text())
-        if meta.get("action_dist"):
-            names.append(name)
-    return names or [f"<no cases with action_dist in {oracle_dir()}>"]
+    return select_cases(lambda name: bool(read_meta(name).get("action_dist")))
 
 
 def _case(name: str) -> OracleCase:

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import (
+    OracleCase,
+    assert_close,
+    load_case,
+    oracle_dir,
+    select_cases,
+)
 
 from models.config import merge_model_config
 from models.export.bundle import Bundle, load_bundle
@@ -27,8 +33,7 @@ RUNTIMES = ("onnx", "torchscript")
 
 
 def _cases_with_weights() -> list[str]:
-    names = [n for n in case_names() if (oracle_dir() / n / "weights.npz").is_file()]
-    return names or [f"<no cases with weights in {oracle_dir()}>"]
+    return select_cases(lambda name: (oracle_dir() / name / "weights.npz").is_file())
 
 
 @pytest.fixture(scope="module")

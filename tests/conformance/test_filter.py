@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import (
+    NO_CASES_PREFIX,
+    OracleCase,
+    assert_close,
+    load_case,
+    oracle_dir,
+    read_meta,
+    select_cases,
+)
 
 from conformance.keys_checked import mark_fields, mark_io
 from models.filters import MeanStdFilter
 
 
 def _filter_case_names() -> list[str]:
-    names = [n for n in case_names() if load_case(n).kind == "filter"]
-    return names or [f"<no filter cases in {oracle_dir()}>"]
+    return select_cases(lambda name: read_meta(name)["kind"] == "filter")
 
 
 @pytest.fixture(params=_filter_case_names())
 def case(request) -> OracleCase:
-    if request.param.startswith("<no filter"):
+    if request.param.startswith(NO_CASES_PREFIX):
         pytest.fail(f"no oracle filter cases (looked in {oracle_dir()})")
     return load_case(request.param)
 

@@ -8,12 +8,15 @@ colour GenericPixel) and uint8/int8 (NoPreprocessor) observations are fed as flo
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from oracle import assert_close, case_names, load_case, oracle_dir
+from oracle import (
+    assert_close,
+    load_case,
+    read_meta,
+    select_cases,
+)
 
 from conformance.keys_checked import mark_fields, mark_io
 from models.catalog import build_model, describe_model
@@ -29,9 +32,7 @@ RTOL, ATOL = 1e-5, 1e-5
 
 
 def _feedforward_cases() -> list[str]:
-    names = [n for n in case_names() if json.loads((oracle_dir() / n / "case.json").read_text())["kind"] == KIND]
-    # No matching case must fail rather than collect zero tests.
-    return names or [f"<no {KIND} cases in {oracle_dir()}>"]
+    return select_cases(lambda name: read_meta(name)["kind"] == KIND)
 
 
 @pytest.fixture(params=_feedforward_cases())

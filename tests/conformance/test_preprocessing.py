@@ -11,7 +11,14 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import (
+    OracleCase,
+    assert_close,
+    io_key_names,
+    load_case,
+    oracle_dir,
+    select_cases,
+)
 from unit.space_catalog import row_from_columns
 
 from conformance.keys_checked import mark_fields, mark_io
@@ -20,8 +27,7 @@ from models.spaces import space_from_json, space_to_json
 
 
 def _obs_case_names() -> list[str]:
-    names = [n for n in case_names() if load_case(n).keys_under("obs")]
-    return names or [f"<no cases with obs in {oracle_dir()}>"]
+    return select_cases(lambda name: any(k == "obs" or k.startswith("obs/") for k in io_key_names(name)))
 
 
 @pytest.fixture(params=_obs_case_names())
