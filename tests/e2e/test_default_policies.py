@@ -9,16 +9,11 @@ The thresholds are the training targets of docs/default_policies.md, not recorde
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
+from server_process import running_server
 
 from service.client import PolicyClient
 from service.envs import DEFAULT_POLICY_ENVS, make_env
@@ -26,53 +21,13 @@ from service.gym_runner import run_episodes
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 EPISODES = 5
-START_TIMEOUT_S = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"rlserve serve exited with status {proc.returncode} before it was ready")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)  # polling readiness, not waiting for a result
-    raise TimeoutError(f"rlserve serve not ready at {url} after {START_TIMEOUT_S}s")
 
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}  # embedded defaults
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(url, proc)
+    with running_server() as url:  # no repository: the embedded defaults
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def _mean_return(url: str, model: str, *, explore: bool, reset_state_every_step: bool = False) -> float:
@@ -100,3 +55,4 @@ def test_cartpole_memory_needs_its_server_side_state(server_url: str) -> None:
     assert with_memory >= 400.0
     assert without_memory <= 150.0
     assert with_memory >= 3 * without_memory
+    print(f"cartpole-memory over HTTP: {with_memory:.1f} with state, {without_memory:.1f} reset every step")
