@@ -110,15 +110,26 @@ def _service(request: Request) -> ActService:
     return request.app.state.act_service
 
 
+async def _body(request: Request) -> bytes:
+    limit = request.app.state.settings.max_body_bytes
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes", expected=limit, received=size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 @router.post("/v1/models/{name}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
              summary="Act on one observation or a batch (current version, or a session's version)")
 async def act(name: str, request: Request) -> Response:
-    body = await request.body()
+    body = await _body(request)
     return Response(await _service(request).act(name, None, body), media_type="application/json")
 
 
 @router.post("/v1/models/{name}/versions/{version}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
              summary="Act with a pinned model version")
 async def act_pinned(name: str, version: str, request: Request) -> Response:
-    body = await request.body()
+    body = await _body(request)
     return Response(await _service(request).act(name, version, body), media_type="application/json")

@@ -236,8 +236,9 @@ async def test_torchscript_runtime_gives_the_same_answers(make_client):
     assert meta["runtime"]["kind"] == "torchscript"
 
 
-async def test_oversized_body_is_413(make_client):
-    _, client = make_client(("mlp",), max_body_bytes=2048)
+@pytest.mark.parametrize("fast", [True, False])
+async def test_oversized_body_is_413(make_client, fast):
+    _, client = make_client(("mlp",), max_body_bytes=2048, fast_act_path=fast)
     r = await client.post("/v1/models/mlp/act", json={"observations": [OBS] * 200})
     assert r.status_code == 413 and error_of(r)["code"] == "payload_too_large"
     assert (await client.post("/v1/models/mlp/act", json={"observation": OBS})).status_code == 200
