@@ -19,6 +19,7 @@ import base64
 import binascii
 import functools
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ from models.spaces import Repeated, Simplex, space_to_json
 from service.errors import InvalidInput
 
 __all__ = ["decode_value", "decode_batch", "stack_values", "encode_batch", "describe_space"]
+
+# A client's 1e39 overflowing float32 is rejected as non-finite right after the cast;
+# numpy's warning about it would only be log noise (errstate is too slow for the hot path).
+warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning, module=__name__)
 
 
 def describe_space(space: gs.Space) -> Any:

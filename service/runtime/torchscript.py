@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,9 @@ class TorchScriptRuntime:
         self._torch = torch
         self._device = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
         self.device = str(self._device)
-        self._module = torch.jit.load(str(path), map_location=self._device).eval()
+        with warnings.catch_warnings():  # torch 2.13 deprecates jit.load; the bundle format uses it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._module = torch.jit.load(str(path), map_location=self._device).eval()
         self._input_names = list(input_names)
         self.output_names = list(output_names)
         # The exported contract feeds float32 everywhere except a pass-through obs dtype,

@@ -52,6 +52,7 @@ def test_errors_name_the_field(value, field, fragment):
     assert info.value.status == 422
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # silenced in service.codec too
 def test_box_rejects_non_finite_and_ragged():
     box = gs.Box(-1.0, 1.0, (2, 2), np.float32)
     with pytest.raises(InvalidInput, match="ragged|shape"):
