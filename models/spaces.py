@@ -31,6 +31,7 @@ from gymnasium import spaces as gs
 __all__ = [
     "Repeated",
     "Simplex",
+    "shape_of",
     "space_from_json",
     "space_to_json",
     "spaces_equal",
@@ -104,6 +105,12 @@ class Simplex(gs.Space):
             )
         super().__init__(shape=shape, dtype=dtype, seed=seed)
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Always set; narrows the base class's ``tuple | None`` (None is for composite spaces)."""
+        assert self._shape is not None
+        return self._shape
+
     def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
         batch = self.shape[:-1]
         out = self.np_random.dirichlet(self.concentration, size=batch if batch else None)
@@ -134,6 +141,14 @@ class Simplex(gs.Space):
 
 
 # --------------------------------------------------------------------------- encoding
+
+def shape_of(space: gs.Space) -> tuple[int, ...]:
+    """``space.shape`` for a space that has one (gymnasium types it Optional for composites)."""
+    shape = space.shape
+    if shape is None:
+        raise TypeError(f"{type(space).__name__} has no shape")
+    return shape
+
 
 def _float_to_json(value: float) -> float | str:
     if math.isnan(value):
@@ -191,7 +206,7 @@ def _(space: gs.MultiBinary) -> dict[str, Any]:
     n = space.n
     return {
         "type": "MultiBinary",
-        "n": int(n) if np.isscalar(n) else [int(v) for v in np.ravel(n)],
+        "n": [int(v) for v in np.ravel(n)] if isinstance(n, tuple | list | np.ndarray) else int(n),
         "shape": list(space.shape),
         "dtype": np.dtype(space.dtype).name,
     }

@@ -9,15 +9,26 @@ correctly rounded float32 kernel returns.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 F32 = np.float32
 _LGAMMA = np.frompyfunc(math.lgamma, 1, 1)
 
 
-def as_f32(x: np.ndarray) -> np.ndarray:
+def as_f32(x: npt.ArrayLike) -> np.ndarray:
     return np.asarray(x, dtype=F32)
+
+
+def sum32(x: npt.ArrayLike, axis: int = -1) -> np.ndarray:
+    """Sum over ``axis`` accumulated in float32, as torch's float32 kernels do.
+
+    Callers pass batched (ndim >= 2) arrays, so the result is an array; numpy's stubs
+    type a reduction as "scalar or array", hence the cast.
+    """
+    return cast(np.ndarray, np.sum(x, axis=axis, dtype=F32).astype(F32))
 
 
 def logsumexp32(x: np.ndarray) -> np.ndarray:
@@ -85,7 +96,7 @@ def digamma(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def lgamma32(x: np.ndarray) -> np.ndarray:
+def lgamma32(x: npt.ArrayLike) -> np.ndarray:
     return lgamma(as_f32(x)).astype(F32)
 
 
@@ -100,7 +111,7 @@ _PSI_SERIES = np.array(
 _PSI_10 = F32(2.25175258906672110764)
 
 
-def digamma32(x: np.ndarray) -> np.ndarray:
+def digamma32(x: npt.ArrayLike) -> np.ndarray:
     """psi(x) the way torch's float32 CPU kernel computes it (Cephes, all in float32).
 
     A float64 psi rounded to float32 differs from torch in the last bits for most

@@ -25,12 +25,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from gymnasium import spaces as gs
 
-from ..spaces import Simplex
+from ..spaces import Simplex, shape_of
 from .structure import Path, flatten_leaves, leaf_paths, leaf_spaces, path_str, unflatten_leaves
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-def is_int_box(space: gs.Space) -> bool:
+def is_int_box(space: gs.Space) -> TypeGuard[gs.Box]:
     """RLlib's test for an integer Box: the dtype *name* starts with "int" (uint8 does not)."""
     return isinstance(space, gs.Box) and np.dtype(space.dtype).name.startswith("int")
 
@@ -72,7 +72,7 @@ def _(space: gs.MultiDiscrete) -> int:
 @_leaf_width.register(gs.MultiBinary)
 @_leaf_width.register(Simplex)
 def _(space: gs.Space) -> int:
-    return int(np.prod(space.shape, dtype=np.int64))
+    return int(np.prod(shape_of(space), dtype=np.int64))
 
 
 def action_width(action_space: gs.Space) -> int:
@@ -114,7 +114,7 @@ def flatten_actions(action_space: gs.Space, actions: Any) -> np.ndarray:
 
 @functools.singledispatch
 def _leaf_from_flat(space: gs.Space, cols: np.ndarray) -> np.ndarray:
-    return cols.reshape((cols.shape[0], *space.shape)).astype(space.dtype)
+    return cols.reshape((cols.shape[0], *shape_of(space))).astype(space.dtype)
 
 
 @_leaf_from_flat.register
@@ -124,14 +124,14 @@ def _(space: gs.Discrete, cols: np.ndarray) -> np.ndarray:
 
 @_leaf_from_flat.register
 def _(space: gs.MultiDiscrete, cols: np.ndarray) -> np.ndarray:
-    return np.rint(cols).reshape((cols.shape[0], *space.shape)).astype(np.int64)
+    return np.rint(cols).reshape((cols.shape[0], *shape_of(space))).astype(np.int64)
 
 
 @_leaf_from_flat.register
 def _(space: gs.Box, cols: np.ndarray) -> np.ndarray:
     if np.dtype(space.dtype).kind in "iu":
         cols = np.rint(cols)
-    return cols.reshape((cols.shape[0], *space.shape)).astype(space.dtype)
+    return cols.reshape((cols.shape[0], *shape_of(space))).astype(space.dtype)
 
 
 def unflatten_actions(action_space: gs.Space, flat: np.ndarray) -> Any:

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from ._math import F32, as_f32
+from ..spaces import shape_of
+from ._math import F32, as_f32, sum32
 from .base import ActionDistribution, ActionOutOfSupportError
 from .dirichlet import dirichlet_entropy, dirichlet_log_prob
 
@@ -42,7 +43,7 @@ class Beta(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(np.prod(action_space.shape, dtype=np.int64)) * 2
+        return int(np.prod(shape_of(action_space), dtype=np.int64)) * 2
 
     def _squash(self, unit: np.ndarray) -> np.ndarray:
         low, high = as_f32(self.low), as_f32(self.high)
@@ -66,7 +67,7 @@ class Beta(ActionDistribution):
                 f"Beta.logp: actions must lie in [{self.low}, {self.high}], got {x[(unit < 0) | (unit > 1) | np.isnan(unit)].tolist()}"
             )
         pair = np.stack([unit, (F32(1.0) - unit).astype(F32)], axis=-1)
-        return np.sum(dirichlet_log_prob(self._conc, pair), axis=-1, dtype=F32).astype(F32)
+        return sum32(dirichlet_log_prob(self._conc, pair))
 
     def entropy(self) -> np.ndarray:
         return dirichlet_entropy(self._conc)

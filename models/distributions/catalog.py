@@ -138,7 +138,7 @@ def _cached_space(node: Any) -> gs.Space:
 
 # --------------------------------------------------------------------------- the rule
 
-_ALIASES = {
+_ALIASES: dict[str, type[ActionDistribution]] = {
     "categorical": Categorical,
     "multi_categorical": MultiCategorical,
     "diag_gaussian": DiagGaussian,
@@ -275,11 +275,12 @@ def _explicit_spec(
         if spec.name != cls.rllib_name or kwargs:
             raise ValueError(f"dist_type {cls.__name__} does not fit action space {space!r}")
         return spec
-    wants = {
+    wants_by_class: dict[type[ActionDistribution], tuple[type[gs.Space], ...]] = {
         Categorical: (gs.Discrete,),
         Dirichlet: (Simplex,),
         **{c: (gs.Box,) for c in _FLOAT_BOX_ONLY},
-    }.get(cls)
+    }
+    wants = wants_by_class.get(cls)
     if wants is not None and not isinstance(space, wants):
         raise ValueError(
             f"dist_type {cls.__name__} needs a {' or '.join(w.__name__ for w in wants)} action space, got {space!r}"

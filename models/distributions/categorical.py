@@ -11,12 +11,12 @@ Actions are category **indices** 0..n-1; for an integer Box they are indices
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces as gs
 
-from ._math import F32, log_softmax32, softmax32
+from ._math import F32, log_softmax32, softmax32, sum32
 from .base import ActionDistribution, ActionOutOfSupportError, DistributionError
 
 __all__ = ["Categorical", "MultiCategorical", "sample_index"]
@@ -75,7 +75,7 @@ class _Cat:
 
     def entropy(self) -> np.ndarray:
         p_log_p = (np.maximum(self.logits, _F32_MIN) * self.probs).astype(F32)
-        return (-np.sum(p_log_p, axis=-1, dtype=F32)).astype(F32)
+        return -sum32(p_log_p)
 
 
 class Categorical(ActionDistribution):
@@ -94,7 +94,7 @@ class Categorical(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(action_space.n)
+        return int(cast(gs.Discrete, action_space).n)  # the catalog pairs Categorical with Discrete
 
     @property
     def probs(self) -> np.ndarray:
@@ -149,7 +149,7 @@ class MultiCategorical(ActionDistribution):
         if isinstance(action_space, gs.Box):
             span = int(np.max(action_space.high)) - int(np.min(action_space.low)) + 1
             return int(np.prod(action_space.shape)) * span
-        return int(np.sum(action_space.nvec))
+        return int(np.sum(cast(gs.MultiDiscrete, action_space).nvec))
 
     def _shape(self, stacked: np.ndarray) -> np.ndarray:
         if isinstance(self.action_space, gs.Box):
@@ -184,4 +184,4 @@ class MultiCategorical(ActionDistribution):
         return np.stack([c.entropy() for c in self.cats], axis=1)
 
     def entropy(self) -> np.ndarray:
-        return np.sum(self.multi_entropy(), axis=1, dtype=F32).astype(F32)
+        return sum32(self.multi_entropy(), axis=1)

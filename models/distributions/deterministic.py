@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from ..spaces import shape_of
 from .base import ActionDistribution, UnsupportedMethodError
 
 __all__ = ["Deterministic"]
@@ -22,7 +23,7 @@ class Deterministic(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(np.prod(action_space.shape, dtype=np.int64))
+        return int(np.prod(shape_of(action_space), dtype=np.int64))
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
         return self.inputs.copy()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from ..spaces import shape_of
 from ._math import F32, as_f32, digamma32, lgamma32, softmax32, xlogy32
 from .base import ActionDistribution, ActionOutOfSupportError
 
@@ -67,7 +68,7 @@ class Dirichlet(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(np.prod(action_space.shape, dtype=np.int64))
+        return int(np.prod(shape_of(action_space), dtype=np.int64))
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
         return sample_dirichlet(self.concentration, rng)

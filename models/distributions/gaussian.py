@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from ._math import F32, as_f32
+from ..spaces import shape_of
+from ._math import F32, as_f32, sum32
 from .base import ActionDistribution, DistributionError, UnsupportedMethodError
 
 __all__ = ["DiagGaussian", "SquashedGaussian"]
@@ -71,7 +72,7 @@ class DiagGaussian(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(np.prod(action_space.shape, dtype=np.int64)) * 2
+        return int(np.prod(shape_of(action_space), dtype=np.int64)) * 2
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
         eps = rng.standard_normal(self.mean.shape).astype(F32)
@@ -82,12 +83,12 @@ class DiagGaussian(ActionDistribution):
 
     def logp(self, actions: Any) -> np.ndarray:
         x = _check_actions(self, actions, self.mean.shape[1])
-        return np.sum(_normal_log_prob(x, self.mean, self.std), axis=-1, dtype=F32).astype(F32)
+        return sum32(_normal_log_prob(x, self.mean, self.std))
 
     def entropy(self) -> np.ndarray:
         with np.errstate(divide="ignore"):
             per_dim = (_HALF_LOG_2PI_PLUS_HALF + np.log(self.std)).astype(F32)
-        return np.sum(per_dim, axis=-1, dtype=F32).astype(F32)
+        return sum32(per_dim)
 
 
 class SquashedGaussian(ActionDistribution):
@@ -105,7 +106,7 @@ class SquashedGaussian(ActionDistribution):
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
-        return int(np.prod(action_space.shape, dtype=np.int64)) * 2
+        return int(np.prod(shape_of(action_space), dtype=np.int64)) * 2
 
     def _squash(self, raw: np.ndarray) -> np.ndarray:
         low, high = as_f32(self.low), as_f32(self.high)
@@ -128,7 +129,7 @@ class SquashedGaussian(ActionDistribution):
     def logp(self, actions: Any) -> np.ndarray:
         u = self._unsquash(_check_actions(self, actions, self.mean.shape[1]))
         gauss = np.clip(_normal_log_prob(u, self.mean, self.std), F32(-100.0), F32(100.0))
-        gauss_sum = np.sum(gauss, axis=-1, dtype=F32)
+        gauss_sum = sum32(gauss)
         t = np.tanh(u).astype(F32)
         jac = np.log((F32(1.0) - t * t) + _SMALL_NUMBER).astype(F32)
         return (gauss_sum - np.sum(jac, axis=-1, dtype=F32)).astype(F32)

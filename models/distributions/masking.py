@@ -127,7 +127,7 @@ def _per_component(mask: Any, spec: ActionDistSpec, batch: int) -> list[tuple[Ma
     is_multi = spec.name == MultiActionDistribution.rllib_name
     if is_multi and isinstance(mask, Mapping | list | tuple):
         leaves = _structured_groups(mask, spec)
-        pairs = []
+        pairs: list[tuple[MaskComponent, np.ndarray]] = []
         for comps, leaf_mask in zip(groups, leaves, strict=True):
             if leaf_mask is None:
                 continue

@@ -91,7 +91,7 @@ class MultiActionDistribution(ActionDistribution):
             leaves = self._split_flat(self._check_batch(actions, "logp"))
         else:
             leaves = flatten_leaves(self.action_space, actions)
-        total = None
+        total: np.ndarray | None = None
         for child, leaf in zip(self.children, leaves, strict=True):
             value = np.asarray(leaf)
             if isinstance(child, Categorical):
@@ -101,18 +101,21 @@ class MultiActionDistribution(ActionDistribution):
                 value = np.trunc(value).astype(np.int64) if value.dtype.kind == "f" else value
             lp = child.logp(value)
             total = lp if total is None else (total + lp).astype(F32)
+        assert total is not None, "an action space has at least one leaf"
         return total
 
     def entropy(self) -> np.ndarray:
-        total = None
+        total: np.ndarray | None = None
         for child in self.children:
             ent = child.entropy()
             total = ent if total is None else (total + ent).astype(F32)
+        assert total is not None, "an action space has at least one leaf"
         return total
 
     def sampled_action_logp(self) -> np.ndarray:
-        total = None
+        total: np.ndarray | None = None
         for child in self.children:
             lp = child.sampled_action_logp()
             total = lp if total is None else (total + lp).astype(F32)
+        assert total is not None, "an action space has at least one leaf"
         return total

@@ -25,6 +25,7 @@ from models.interface import ModelSignature, PrevSpec, StateSpec
 from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
 from models.networks.common import SlimFC
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
+from models.spaces import shape_of
 
 
 class GTrXLCore(nn.Module):
@@ -93,7 +94,7 @@ class AttentionWrapper(nn.Module):
         super().__init__()
         cfg = model_config
         self.num_outputs = int(num_outputs)
-        self.obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.obs_shape = tuple(int(s) for s in shape_of(obs_space))
         self.num_units = _positive(cfg, "attention_num_transformer_units")
         self.dim = _positive(cfg, "attention_dim")
         self.memory = _positive(cfg, "attention_memory_inference")

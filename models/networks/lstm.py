@@ -19,6 +19,7 @@ from torch import nn
 from models.interface import ModelSignature, PrevSpec, StateSpec
 from models.networks.common import SlimFC
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
+from models.spaces import shape_of
 
 
 def _cell_size(cfg: dict[str, Any]) -> int:
@@ -47,7 +48,7 @@ class LSTMWrapper(nn.Module):
     ) -> None:
         super().__init__()
         self.num_outputs = int(num_outputs)
-        self.obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.obs_shape = tuple(int(s) for s in shape_of(obs_space))
         self.cell_size = _cell_size(model_config)
         self.use_prev_action = bool(model_config.get("lstm_use_prev_action"))
         self.use_prev_reward = bool(model_config.get("lstm_use_prev_reward"))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.spaces import Simplex
+from models.spaces import Simplex, shape_of
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def _(space: gs.MultiDiscrete, offset: int) -> tuple[list[_Segment], int]:
 
 
 def _raw(space: gs.Space, offset: int) -> tuple[list[_Segment], int]:
-    width = int(np.prod(space.shape))
+    width = int(np.prod(shape_of(space)))
     return [_Segment(offset, width)], width
 
 

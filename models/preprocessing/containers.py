@@ -11,7 +11,7 @@ Repeated writes ``[len, slot0, slot1, ...]`` in float64; slots past ``len`` stay
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces as gs
@@ -104,7 +104,7 @@ class DictFlatteningPreprocessor(_Flattening):
         missing = [k for k in self._keys if k not in obs]
         if missing:
             raise ObservationError(f"{path}.{missing[0]}", "a value (the key is required)", "no such key")
-        extra = [k for k in obs if k not in self.original_space.spaces]
+        extra = [k for k in obs if k not in cast(gs.Dict, self.original_space).spaces]
         if extra:
             raise ObservationError(path, describe_space(self.original_space), f"unexpected key(s) {sorted(map(str, extra))}")
         return [obs[k] for k in self._keys]

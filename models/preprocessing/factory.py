@@ -72,7 +72,7 @@ def _by_type(space: gs.Space, options: Mapping[str, Any]) -> Preprocessor:
 
 @_by_type.register(gs.Discrete)
 @_by_type.register(gs.MultiDiscrete)
-def _(space: gs.Space, options: Mapping[str, Any]) -> Preprocessor:
+def _(space: gs.Discrete | gs.MultiDiscrete, options: Mapping[str, Any]) -> Preprocessor:
     return OneHotPreprocessor(space, options)
 
 

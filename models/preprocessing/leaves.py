@@ -8,13 +8,14 @@ rows, so a single observation and a batch go through the same arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces as gs
 
 from models.preprocessing.base import Label, LeafSpec, Preprocessor, layout_path
 from models.preprocessing.errors import ObservationError, describe_space, describe_value
+from models.spaces import shape_of
 
 __all__ = [
     "AtariRamPreprocessor",
@@ -37,7 +38,7 @@ class LeafPreprocessor(Preprocessor):
 
     @property
     def trailing(self) -> tuple[int, ...]:
-        return tuple(self.original_space.shape)
+        return shape_of(self.original_space)
 
     def _column_dtype(self) -> np.dtype:
         """The dtype of an empty column (no rows to infer it from)."""
@@ -135,7 +136,7 @@ class NoPreprocessor(LeafPreprocessor):
 
     def __init__(self, space: gs.Space, options: Mapping[str, Any]):
         super().__init__(space, options)
-        self.output_shape = tuple(space.shape)
+        self.output_shape = shape_of(space)
         self.output_dtype = np.dtype(space.dtype)
 
     def _check_values(self, arr: np.ndarray, path: str, label: Label) -> None:
@@ -172,7 +173,7 @@ class OneHotPreprocessor(LeafPreprocessor):
 
     @property
     def trailing(self) -> tuple[int, ...]:
-        return () if isinstance(self.original_space, gs.Discrete) else tuple(self.original_space.nvec.shape)
+        return () if isinstance(self.original_space, gs.Discrete) else tuple(cast(gs.MultiDiscrete, self.original_space).nvec.shape)
 
     def _convert_one(self, obs: Any, path: str) -> np.ndarray:
         # Python bools are ints; a bool where a category index belongs is a client bug.
