@@ -21,6 +21,7 @@ import os
 import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -192,9 +193,11 @@ def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
 
 def _allowed_globals() -> dict[tuple[str, str], object]:
     # Taken from numpy's own reductions so the names match this numpy's module layout.
-    reconstruct = np.zeros(1).__reduce__()[0]
-    scalar = np.float32(0).__reduce__()[0]
-    frombuffer = np.zeros(1).__reduce_ex__(5)[0]  # protocol-5 pickles rebuild arrays with it
+    # __reduce__ is typed "str | tuple"; a str is only for singletons, not these.
+    reconstruct = cast(tuple[Any, ...], np.zeros(1).__reduce__())[0]
+    scalar = cast(tuple[Any, ...], np.float32(0).__reduce__())[0]
+    # Protocol-5 pickles rebuild arrays with this one.
+    frombuffer = cast(tuple[Any, ...], np.zeros(1).__reduce_ex__(5))[0]
     allowed: dict[tuple[str, str], object] = {
         (reconstruct.__module__, reconstruct.__name__): reconstruct,
         (scalar.__module__, scalar.__name__): scalar,

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -81,7 +81,7 @@ def export_bundle(
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     model = model.eval()
-    signature = model.signature()
+    signature: ModelSignature = cast(Any, model).signature()  # nn.Module's stubs lack it
     say("describing spaces, preprocessor and action distribution")
     action_dist = action_dist or describe_action_dist(action_space, model_config)
     if int(action_dist.get("num_outputs", -1)) != signature.num_outputs:
@@ -219,8 +219,10 @@ def _build(
         say(f"verifying {fmt} against eager torch at batch sizes {[len(b['obs']) for b, _ in batches]}")
         worst[fmt] = _verify_runtime(fmt, run, batches)
         manifest["runtimes"][fmt] = {"file": path.name, **info}
-    np.savez(stage / REFERENCE_FILE, **{f"inputs/{k}": v for k, v in reference.items()},
-             **{f"outputs/{k}": v for k, v in expected.items()})
+    # One dict: numpy's stubs would match separate ** unpackings against allow_pickle.
+    arrays: dict[str, Any] = {f"inputs/{k}": v for k, v in reference.items()}
+    arrays.update({f"outputs/{k}": v for k, v in expected.items()})
+    np.savez(stage / REFERENCE_FILE, **arrays)
     manifest["reference"] = {
         "file": REFERENCE_FILE, "batch_size": int(len(reference["obs"])), "rtol": RTOL, "atol": ATOL,
         "max_abs_diff": worst, "checked_batch_sizes": sorted({len(b["obs"]) for b, _ in batches}),

@@ -51,6 +51,7 @@ def export_onnx(
             verbose=False,
         )
     # Weights inside the file: a bundle file must be self-contained for its checksum.
+    assert program is not None  # dynamo=True always returns an ONNXProgram
     program.save(str(path), external_data=False)
     _check_io_names(path, signature)
     return {"opset": OPSET, "exporter": EXPORTER, **versions()}

@@ -21,6 +21,8 @@ def sinusoid_inverse_freq(dim: int) -> torch.Tensor:
 class RelativePositionEmbedding(nn.Module):
     """Sinusoid encoding of relative positions ``n-1 .. 0`` as ``[sin | cos]`` (concatenated)."""
 
+    inverse_freq: torch.Tensor  # a registered buffer; declared so type checkers know it
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         # A buffer (not a parameter) so RLlib's stored copy loads into it; ours is identical.
@@ -101,6 +103,14 @@ class GRUGate(nn.Module):
     RLlib applies the weights as ``x @ W`` (not ``W^T`` like nn.Linear) and *subtracts*
     ``_bias_z`` (init 2.0) so the gate starts close to the identity.
     """
+
+    # Set with setattr in __init__; declared so type checkers know them.
+    _w_r: nn.Parameter
+    _w_z: nn.Parameter
+    _w_h: nn.Parameter
+    _u_r: nn.Parameter
+    _u_z: nn.Parameter
+    _u_h: nn.Parameter
 
     def __init__(self, dim: int, init_bias: float = 0.0) -> None:
         super().__init__()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -111,6 +112,7 @@ class SlimConv2d(nn.Module):
             layers.append(nn.ZeroPad2d(padding))
         conv = nn.Conv2d(int(in_channels), int(out_channels), _pair(kernel), _pair(stride))
         nn.init.xavier_uniform_(conv.weight)
+        assert conv.bias is not None  # nn.Conv2d has a bias unless bias=False
         nn.init.constant_(conv.bias, bias_init)
         layers.append(conv)
         act = activation_class(activation)
@@ -166,3 +168,11 @@ def valid_conv_size(
 def flat_size(shape: Sequence[int] | None) -> int:
     """Number of elements of one row of the given shape (1 for a scalar)."""
     return int(np.prod(shape)) if shape else 1
+
+
+def num_outputs_of(model: nn.Module) -> int:
+    """A sub-model's ``num_outputs`` (a plain int attribute of every model here).
+
+    torch types attributes a Module does not declare as ``Tensor | Module``, hence the cast.
+    """
+    return int(cast(Any, model).num_outputs)

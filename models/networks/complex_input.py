@@ -72,6 +72,7 @@ def plain_leaf_shape(space: gs.Space) -> tuple[int, ...]:
 
 def _leaves(space: gs.Space, path: tuple, offset: int, leaf_shape: LeafShape) -> tuple[list, int]:
     """[(path, leaf space, offset, shape)] with offsets in the preprocessor's writing order."""
+    children: list[tuple[int | str, gs.Space]]
     if isinstance(space, gs.Tuple):
         children = list(enumerate(space.spaces))
     elif isinstance(space, gs.Dict):
@@ -116,7 +117,8 @@ def default_components(obs_space: Any) -> list[Component]:
     return components_for(getattr(obs_space, "original_space", obs_space))
 
 
-def _sub_model(component: Component, config: Mapping[str, Any]) -> nn.Module:
+def _sub_model(component: Component, config: Mapping[str, Any]) -> VisionNetwork | FullyConnectedNetwork:
+    sub: dict[str, Any]
     if component.kind == IMAGE:
         # RLlib hands the sub-net only these keys; vf_share_layers is absent on purpose.
         sub = {
@@ -171,7 +173,7 @@ class ComplexInputNetwork(nn.Module):
         # breaks LSTM/attention wrapping; the real output width is what wrappers need.
         self.num_outputs = int(num_outputs) if num_outputs else width
 
-    def _sub(self, i: int) -> nn.Module:
+    def _sub(self, i: int) -> VisionNetwork | FullyConnectedNetwork:
         attr, _ = _REGISTRY[self.components[i].kind]
         return getattr(self, attr)[str(i)]
 
@@ -190,7 +192,7 @@ class ComplexInputNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self._features(obs)
-        if self.logits_layer is None:
+        if self.logits_layer is None or self.value_layer is None:  # both or neither
             # Without heads RLlib's value_function() returns None; wrappers never read it.
             return features, features.new_full((features.shape[0],), float("nan"))
         return self.logits_layer(features), self.value_layer(features).reshape(-1)

@@ -63,7 +63,10 @@ class FullyConnectedNetwork(nn.Module):
         no_final_linear = bool(model_config.get("no_final_linear"))
         free_log_std = bool(model_config.get("free_log_std"))
         _check_head_options(num_outputs, free_log_std, no_final_linear)
-        head_size = num_outputs // 2 if free_log_std else num_outputs
+        head_size = num_outputs
+        if free_log_std:
+            assert num_outputs is not None  # _check_head_options rejects free_log_std without it
+            head_size = num_outputs // 2
 
         layers = _dense_tower(in_size, hiddens[:-1], activation)
         width = hiddens[-2] if len(hiddens) > 1 else in_size
@@ -80,6 +83,7 @@ class FullyConnectedNetwork(nn.Module):
                 self._logits = SlimFC(width, head_size, normc_initializer(0.01), None)
         self.num_outputs = int(num_outputs) if num_outputs else width
         if free_log_std:
+            assert head_size is not None
             self._append_free_log_std = AppendBiasLayer(head_size)
         self.free_log_std = free_log_std
         self._hidden_layers = nn.Sequential(*layers)
@@ -111,6 +115,7 @@ class FullyConnectedNetwork(nn.Module):
         flat = self._flat(obs)
         features = self._hidden_layers(flat)
         if self._uses_separate_value:
+            assert self._value_branch_separate is not None  # implied by _uses_separate_value
             value = self._value_branch(self._value_branch_separate(flat))
         else:
             value = self._value_branch(features)

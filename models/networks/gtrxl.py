@@ -23,7 +23,7 @@ from torch import nn
 
 from models.interface import ModelSignature, PrevSpec, StateSpec
 from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
-from models.networks.common import SlimFC
+from models.networks.common import SlimFC, num_outputs_of
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
 from models.spaces import shape_of
 
@@ -104,7 +104,7 @@ class AttentionWrapper(nn.Module):
         shadow_base_value_head(base)
         self.base = base
         self.action_encoder = PrevActionEncoder(action_space) if self.n_prev_actions else None
-        in_size = int(base.num_outputs) + self.n_prev_rewards
+        in_size = num_outputs_of(base) + self.n_prev_rewards
         if self.action_encoder is not None:
             in_size += self.n_prev_actions * self.action_encoder.out_width
         self.gtrxl = GTrXLCore(

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from models.interface import ModelSignature, PrevSpec, StateSpec
-from models.networks.common import SlimFC
+from models.networks.common import SlimFC, num_outputs_of
 from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
 from models.spaces import shape_of
 
@@ -56,7 +56,7 @@ class LSTMWrapper(nn.Module):
         shadow_base_value_head(base)
         self.base = base
         self.action_encoder = PrevActionEncoder(action_space) if self.use_prev_action else None
-        in_size = int(base.num_outputs) + int(self.use_prev_reward)
+        in_size = num_outputs_of(base) + int(self.use_prev_reward)
         if self.action_encoder is not None:
             in_size += self.action_encoder.out_width
         # Default torch init: RLlib ignores lstm_*_initializer for the wrapper's LSTM.
@@ -91,6 +91,7 @@ class LSTMWrapper(nn.Module):
         if self.action_encoder is not None:
             parts.append(self.action_encoder(prev_actions).reshape(rows, -1))
         if self.use_prev_reward:
+            assert prev_rewards is not None  # the signature lists prev_rewards as an input
             parts.append(prev_rewards.to(torch.float32).reshape(rows, 1))
         return torch.cat(parts, dim=1)
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from models.interface import ModelSignature
+from models.networks.common import num_outputs_of
 
 
 class FeedForwardPolicy(nn.Module):
@@ -26,7 +27,7 @@ class FeedForwardPolicy(nn.Module):
         if shape is None:
             raise ValueError(f"FeedForwardPolicy: pass obs_shape; {type(base).__name__} has no obs_shape")
         self.obs_shape = tuple(int(d) for d in shape)
-        self.num_outputs = int(base.num_outputs)
+        self.num_outputs = num_outputs_of(base)
 
     def signature(self) -> ModelSignature:
         return ModelSignature(obs_shape=self.obs_shape, num_outputs=self.num_outputs)

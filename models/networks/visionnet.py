@@ -155,6 +155,7 @@ class VisionNetwork(nn.Module):
             return x.new_full((x.shape[0],), float("nan"))
         if self._value_branch_separate is not None:
             return self._value_branch_separate(x).flatten(1).squeeze(1)
+        assert self._value_branch is not None  # built whenever the separate branch is not
         return self._value_branch(conv_out.flatten(1)).squeeze(1)
 
 
