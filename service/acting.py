@@ -53,9 +53,9 @@ class ActService:
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
-        step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs))
+        step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS)
         policy.batcher.check_capacity(step.rows)  # before sessions change
-        sessions = self._bind(policy, rows, binding, step)
+        sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
             keys = _NO_KEYS
         elif rows.single:

@@ -111,9 +111,12 @@ class Batcher:
 
     async def submit(self, job: Job) -> tuple[Any, BatchInfo]:
         """Queue ``job`` and wait for (result, batch info); raises its ``ServiceError``."""
-        self.check_capacity(job.rows)
+        if self._closed or self._rows_queued + job.rows > self.queue_limit:
+            self.check_capacity(job.rows)
         loop = asyncio.get_running_loop()
-        self._ensure_worker(loop)
+        worker = self._worker
+        if worker is None or self._loop is not loop or worker.done():
+            self._ensure_worker(loop)
         job.future = loop.create_future()
         self._queue.append(job)
         self._rows_queued += job.rows
@@ -207,10 +210,12 @@ class Batcher:
 
     async def _execute(self, batch: list[Job]) -> None:
         started = time.perf_counter()
+        payloads = []
+        rows = 0
         for job in batch:
             job.queue_s = started - job.enqueued
-        payloads = [job.payload for job in batch]
-        rows = sum(job.rows for job in batch)
+            payloads.append(job.payload)
+            rows += job.rows
         try:
             if rows > self.inline_rows:
                 results = await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch, payloads)
@@ -226,10 +231,11 @@ class Batcher:
             results = [error] * len(batch)
         info = BatchInfo(next(_batch_ids), rows, len(batch), time.perf_counter() - started)
         for job, result in zip(batch, results, strict=True):
+            future = job.future
             if isinstance(result, ServiceError):
                 self._fail(job, result)
-            elif job.future is not None and not job.future.done():
-                job.future.set_result((result, info))
+            elif future is not None and not future.done():
+                future.set_result((result, info))
         if self._observer is not None:
             try:
                 self._observer(info, batch)

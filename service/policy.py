@@ -31,13 +31,14 @@ from service.wire import Rows
 MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observation
 _NO_RESET = np.zeros(1, dtype=bool)
 _NO_RESET.flags.writeable = False
+_FLOATS_ONLY = {float}
 
 
 @dataclass(eq=False, slots=True)
 class Step:
     """One request's rows, validated. Arrays are (n, ...) for the request's n rows."""
 
-    obs: np.ndarray
+    obs: np.ndarray | None  # None while ``obs_row`` holds the row (see ``Policy._plain_row``)
     explore: bool
     extras: frozenset[str]
     sessions: list[Session | None]
@@ -49,6 +50,7 @@ class Step:
     has_sessions: bool = False
 
     rows: int = 0  # n, set from obs
+    obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch
 
 
 @dataclass(slots=True)
@@ -83,6 +85,7 @@ class Policy:
         self._decode_obs = codec.decode_value.dispatch(type(obs_space))  # skip per-call dispatch
         self.batcher: Batcher | None = None  # attached by registry.build_policy
         self.stateful = self.signature.is_recurrent or self.signature.uses_prev_actions or self.signature.uses_prev_rewards
+        self._plain_width = self._plain_box_width(pipeline)
 
     @property
     def key(self) -> str:
@@ -90,10 +93,45 @@ class Policy:
 
     # ------------------------------------------------------------------ validation
 
+    def _plain_box_width(self, pipeline: Pipeline) -> int:
+        """Length of a flat float32 Box observation that goes to the model unchanged
+        (identity preprocessor, no filter, float32 input), else 0.
+
+        Such rows are checked in Python per request and converted to one array per batch
+        (one ``np.array`` call for the batch instead of ~4 numpy calls per request)."""
+        space = pipeline.obs_space
+        f32 = np.dtype(np.float32)
+        if (not pipeline.passes_through or pipeline.obs_filter is not None or self.mask_in_obs
+                or len(space.shape) != 1 or space.dtype != f32 or self.obs_dtype != f32):
+            return 0
+        return int(space.shape[0])
+
+    def _plain_row(self, data: Any) -> bool:
+        """True when ``data`` is a list of exactly ``_plain_width`` Python floats that are all
+        finite in float32 -- rows the full decoder would accept unchanged. Anything else
+        (ints, NaN, overflow, wrong length) takes the full decoder, which names the problem."""
+        width = self._plain_width
+        if not width or type(data) is not list or len(data) != width or set(map(type, data)) != _FLOATS_ONLY:
+            return False
+        # The sum is nan or inf if any value is; the bounds keep float32 from overflowing.
+        return math.isfinite(sum(data)) and -_F32_MAX <= min(data) and max(data) <= _F32_MAX
+
     def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str]) -> Step:
         """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
         space = self.pipeline.obs_space
         field = "observation" if rows.single else "observations"
+        if rows.single and self._plain_width and self._plain_row(rows.observations[0]):
+            return Step(
+                obs=None, obs_row=rows.observations[0],
+                explore=self.default_explore if explore is None else explore,
+                extras=extras,
+                sessions=[None],
+                reset=np.asarray(rows.episode_starts, dtype=bool) if rows.has_sessions else _NO_RESET,
+                rewards=self._rewards(rows) if rows.has_rewards else rows.rewards,
+                prev_actions=self._reported_actions(rows) if rows.has_prev_actions else None,
+                mask=self._masks(rows, []) if rows.has_masks else None,
+                rows=1,
+            )
         if rows.single:
             decoded = [self._decode_obs(space, rows.observations[0], field)]
         else:
@@ -169,8 +207,7 @@ class Policy:
     # ------------------------------------------------------------------ the batch
 
     def run_batch(self, steps: list[Step]) -> list[StepOutput]:
-        obs = steps[0].obs if len(steps) == 1 else np.concatenate([s.obs for s in steps])
-        inputs = {"obs": obs}
+        inputs = {"obs": self._batch_obs(steps)}
         if self.stateful:
             slots, live = self._slots([s for step in steps for s in step.sessions])
             self._gather(steps, slots, live, inputs)
@@ -181,6 +218,15 @@ class Policy:
         if self.stateful:
             self._scatter(outputs, slots, live, actions)
         return self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+
+    def _batch_obs(self, steps: list[Step]) -> np.ndarray:
+        rows = [s.obs_row for s in steps]
+        if None not in rows:  # every request a plain row: one conversion for the batch
+            return np.array(rows, dtype=self.obs_dtype)
+        if len(steps) == 1:
+            return steps[0].obs
+        return np.concatenate([np.array([s.obs_row], dtype=self.obs_dtype) if s.obs is None else s.obs
+                               for s in steps])
 
     def _slots(self, sessions: list[Session | None]) -> tuple[np.ndarray, np.ndarray]:
         slots = np.fromiter((STATELESS_SLOT if s is None else s.slot for s in sessions), np.int64, len(sessions))
@@ -308,6 +354,9 @@ class Policy:
             "sessions": {"active": len(self.sessions), "max": self.sessions.max_sessions,
                          "idle_ttl_s": self.sessions.idle_ttl_s},
         }
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def floats_json(values: np.ndarray | None) -> list[Any] | None:

@@ -47,7 +47,10 @@ class RawActHandler:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
         try:
-            body = await self._read_body(receive)
+            message = await receive()
+            body = message.get("body", b"")
+            if message.get("more_body", False) or len(body) > self.max_body_bytes:
+                body = await self._read_rest(receive, message, body)
             payload = await self.service.act(match["name"], match["version"], body)
             status, headers = 200, _JSON_HEADERS
         except ServiceError as exc:
@@ -55,15 +58,12 @@ class RawActHandler:
         except Exception as exc:  # never let one request take the worker down
             log.exception("act failed")
             status, payload, headers = self._error(InternalError(f"internal error: {type(exc).__name__}"))
-        headers = [*headers, (b"content-length", str(len(payload)).encode())]
+        headers = [*headers, (b"content-length", b"%d" % len(payload))]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _read_body(self, receive: Any) -> bytes:
-        message = await receive()
-        body = message.get("body", b"")
-        if not message.get("more_body", False) and len(body) <= self.max_body_bytes:
-            return body
+    async def _read_rest(self, receive: Any, message: dict[str, Any], body: bytes) -> bytes:
+        """The rest of a body that came in several messages (or the first one was too big)."""
         chunks = [body]
         size = len(body)
         while True:
