@@ -10,10 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -33,12 +35,19 @@ def rlserve_command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "service.cli"]
 
 
+def _tail(log: IO[bytes] | None) -> str:
+    if log is None:
+        return ""
+    log.seek(0)
+    return log.read().decode(errors="replace")[-2000:]
+
+
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_S,
-               path: str = "/readyz") -> None:
+               path: str = "/readyz", log: IO[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            err = _tail(log)
             raise RuntimeError(f"rlserve serve exited with {proc.returncode} before it was ready:\n{err}")
         try:
             if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
@@ -46,7 +55,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_
         except httpx.HTTPError:
             pass
         time.sleep(0.1)  # polling interval, not a wait for a result
-    raise TimeoutError(f"rlserve serve not ready at {url} after {timeout}s")
+    raise TimeoutError(f"rlserve serve not ready at {url} after {timeout}s:\n{_tail(log)}")
 
 
 @contextmanager
@@ -62,11 +71,13 @@ def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = Non
     full_env.update(env or {})
     full_env["RLSERVE_PORT"] = str(port)
     full_env.setdefault("RLSERVE_LOG_LEVEL", "warning")
+    # stderr goes to a file, not a pipe: an unread pipe fills at 64 KiB and blocks the server.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([*rlserve_command(), "serve", *args], cwd=cwd or REPO, env=full_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, proc, path=ready_path)
+        wait_ready(url, proc, path=ready_path, log=log)
         yield url
     finally:
         proc.terminate()
@@ -75,5 +86,4 @@ def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        log.close()
