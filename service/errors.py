@@ -7,6 +7,7 @@ HTTP status. This module is framework-free so the raw ASGI act path can use it t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -35,11 +36,13 @@ class ServiceError(Exception):
         self.headers = headers or {}
 
     def to_json(self) -> dict[str, Any]:
+        # Every part is made encodable: an error must never fail to be reported (a received
+        # inf, a lone surrogate or a 5000-digit integer would make the JSON encoder raise).
         return {
             "error": {
                 "code": self.code,
-                "message": self.message,
-                "field": self.field,
+                "message": _text(self.message),
+                "field": None if self.field is None else _text(self.field),
                 "expected": _jsonable(self.expected),
                 "received": _jsonable(self.received),
             }
@@ -49,18 +52,44 @@ class ServiceError(Exception):
         return msgspec.json.encode(self.to_json())
 
 
-def _jsonable(value: Any) -> Any:
-    """Describe a value for the error payload without risking a second failure."""
-    if value is None or isinstance(value, str | int | float | bool):
+_MAX_DEPTH = 8  # deeper parts of a received value are described by a short repr
+_MAX_INT_BITS = 1024  # larger integers cannot be written as JSON by every encoder
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    """Describe a value for the error payload without risking a second failure.
+
+    Strict-JSON safe: non-finite floats become strings ("inf"), strings that are not valid
+    Unicode get their bad characters escaped, huge integers and deep or unknown values a
+    short text.
+    """
+    if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, list | tuple | dict):
-        try:
-            msgspec.json.encode(value)
-            return value
-        except (TypeError, ValueError, OverflowError):
-            pass
-    text = repr(value)
+    if isinstance(value, int):
+        return value if value.bit_length() <= _MAX_INT_BITS else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return _text(value)
+    if depth < _MAX_DEPTH and isinstance(value, list | tuple):
+        return [_jsonable(v, depth + 1) for v in value]
+    if depth < _MAX_DEPTH and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {_text(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails (recursion, int digits) must not escape
+        text = f"<{type(value).__name__}>"
+    text = _text(text)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _text(value: str) -> str:
+    """``value`` with anything UTF-8 cannot encode (lone surrogates) backslash-escaped."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class BadRequest(ServiceError):
