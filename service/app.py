@@ -19,8 +19,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.acting import ActService
-from service.api import act, admin, health, models, sessions
-from service.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, ServiceError
+from service.api import act, admin, bodies, health, models, sessions
+from service.errors import (
+    BadRequest,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ServiceError,
+)
 from service.metrics import Metrics
 from service.registry import ModelRegistry
 from service.schemas import ErrorResponse
@@ -119,10 +126,8 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return respond(BadRequest(f"invalid request: {first.get('msg', 'validation failed')}", field=where or None,
-                                  received=_short(first.get("input"))))
+        # The project's 400 (dotted field path, expected, received), never FastAPI's 422 list.
+        return respond(bodies.bad_request(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -130,6 +135,10 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
             return respond(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
             return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
+            return respond(BadRequest(f"bad request: {exc.detail}"))
+        if exc.status_code == 413:
+            return respond(PayloadTooLarge(f"request body too large: {exc.detail}"))
         error = ServiceError(str(exc.detail))
         error.status, error.code = exc.status_code, f"http_{exc.status_code}"
         return respond(error)
@@ -138,11 +147,6 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return respond(InternalError(f"internal error: {type(exc).__name__}"))
-
-
-def _short(value: Any) -> Any:
-    text = repr(value)
-    return value if len(text) <= 200 else text[:197] + "..."
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

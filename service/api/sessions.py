@@ -1,10 +1,16 @@
-"""Session lifecycle: create (optionally seeded and version-bound), inspect, end."""
+"""Session lifecycle: create (optionally seeded and version-bound), inspect, end.
+
+Session ids may hold any characters, ``/`` included (the act routes accept them too), so
+the id in a URL is percent-encoded (``a/b`` as ``a%2Fb``) and the routes take the rest of
+the decoded path as the id.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from service.api.bodies import read_model
 from service.errors import SessionConflict
 from service.policy import Policy
 from service.registry import ModelRegistry
@@ -25,10 +31,16 @@ def _info(policy: Policy, session: Session) -> SessionInfo:
                        idle_ttl_s=store.idle_ttl_s)
 
 
-@router.post("/v1/models/{name}/sessions", status_code=201, response_model=SessionInfo,
+_CREATE_BODY = {"requestBody": {"required": False,
+                                 "content": {"application/json": {"schema": CreateSession.model_json_schema()}}}}
+
+
+@router.post("/v1/models/{name}/sessions", status_code=201, response_model=SessionInfo, openapi_extra=_CREATE_BODY,
              summary="Create a session on the current (or a given) version")
-async def create_session(name: str, request: Request, body: CreateSession | None = None) -> JSONResponse:
-    body = body or CreateSession()
+async def create_session(name: str, request: Request) -> JSONResponse:
+    # Read by hand, not as a FastAPI body parameter: the size limit and the error codes
+    # (invalid_json vs bad_request naming the field) are the project's, as on the act route.
+    body = await read_model(request, CreateSession, empty=CreateSession())
     entry = _registry(request).entry(name)
     policy = entry.policy(body.version)
     if body.session_id is not None and entry.is_live(body.session_id):
@@ -38,13 +50,13 @@ async def create_session(name: str, request: Request, body: CreateSession | None
     return JSONResponse(_info(policy, session).model_dump(), status_code=201)
 
 
-@router.get("/v1/models/{name}/sessions/{session_id}", response_model=SessionInfo, summary="Inspect a session")
+@router.get("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, summary="Inspect a session")
 async def get_session(name: str, session_id: str, request: Request) -> SessionInfo:
     policy, session = _registry(request).entry(name).find_session(session_id)
     return _info(policy, session)
 
 
-@router.delete("/v1/models/{name}/sessions/{session_id}", response_model=SessionInfo,
+@router.delete("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo,
                summary="End a session; later use of its id answers 410")
 async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
     policy, session = _registry(request).entry(name).find_session(session_id)
