@@ -75,7 +75,7 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
 def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) -> Policy:
     try:
         bundle = load_bundle(path)
-    except BundleError as exc:
+    except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
         raise BundleInvalid(f"cannot load bundle {str(path)!r}: {exc}", received=str(path)) from exc
     return build_policy(bundle, settings, metrics)
 

@@ -16,9 +16,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from service.api.bodies import body_limit, parse_json, read_body, validate
 from service.errors import (
     AdminDisabled,
     BadRequest,
+    BundleInvalid,
     Forbidden,
     PathOutsideRepository,
     PayloadTooLarge,
@@ -82,12 +84,16 @@ async def load(request: Request) -> JSONResponse:
     if content_type == "application/octet-stream":
         policy = await _load_upload(request)
     elif content_type in ("application/json", ""):
-        try:
-            body = LoadFromPath.model_validate_json(await request.body())
-        except ValueError as exc:
-            raise BadRequest(f"expected {{\"path\": \"...\"}}: {exc}", field="path") from None
+        body = validate(LoadFromPath, parse_json(await read_body(request, body_limit(request))))
         path = resolve_in_repository(state.repository, body.path)
-        policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics)
+        try:
+            policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics)
+        except BundleInvalid as exc:
+            # Nothing loadable there: the path is what to fix.
+            exc.field = exc.field or "path"
+            if exc.expected is None:
+                exc.expected = "a bundle directory (holding manifest.json) or .rlsb archive in the repository"
+            raise
     else:
         raise BadRequest("send JSON {\"path\": ...} or an archive as application/octet-stream",
                          field="Content-Type", expected=["application/json", "application/octet-stream"],
@@ -119,7 +125,11 @@ async def _load_upload(request: Request):
 def resolve_in_repository(repository: Path, relative: str) -> Path:
     """``relative`` inside ``repository`` (symlinks resolved); 400 if it escapes it."""
     root = repository.resolve()
-    candidate = (root / relative).resolve()
+    try:
+        candidate = (root / relative).resolve()
+    except (OSError, ValueError) as exc:  # a name past NAME_MAX, a symlink loop
+        raise BadRequest(f"path {relative!r} cannot be resolved: {exc}", field="path",
+                         expected="a bundle path inside the model repository", received=relative) from None
     if not candidate.is_relative_to(root):
         raise PathOutsideRepository(f"path {relative!r} resolves outside the model repository",
                                     field="path", expected=f"a path inside {root}", received=relative)
