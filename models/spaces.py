@@ -30,6 +30,7 @@ from gymnasium import spaces as gs
 
 __all__ = [
     "Repeated",
+    "float_to_json",
     "Simplex",
     "shape_of",
     "space_from_json",
@@ -150,7 +151,8 @@ def shape_of(space: gs.Space) -> tuple[int, ...]:
     return shape
 
 
-def _float_to_json(value: float) -> float | str:
+def float_to_json(value: float) -> float | str:
+    """A float as JSON allows it: non-finite values become \"inf\", \"-inf\", \"nan\"."""
     if math.isnan(value):
         return "nan"
     if math.isinf(value):
@@ -163,9 +165,9 @@ def _bound_to_json(bound: np.ndarray) -> Any:
     flat = bound.ravel()
     if flat.size and (np.all(flat == flat[0]) or np.all(np.isnan(flat))):
         first = flat[0]
-        return _float_to_json(float(first)) if bound.dtype.kind == "f" else int(first)
+        return float_to_json(float(first)) if bound.dtype.kind == "f" else int(first)
     if bound.dtype.kind == "f":
-        return np.vectorize(_float_to_json, otypes=[object])(bound).tolist()
+        return np.vectorize(float_to_json, otypes=[object])(bound).tolist()
     return bound.tolist()
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeGuard
 import numpy as np
 from gymnasium import spaces as gs
 
-from ..spaces import Simplex, shape_of
+from ..spaces import Simplex, float_to_json, shape_of
 from .structure import Path, flatten_leaves, leaf_paths, leaf_spaces, path_str, unflatten_leaves
 
 __all__ = [
@@ -194,14 +194,6 @@ def unsquash_actions(action_space: gs.Space, actions: Any) -> Any:
 
 # --------------------------------------------------------------------------- JSON
 
-def _float_json(x: float) -> float | str:
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(x)
-
-
 def _offset(space: gs.Space) -> np.ndarray | int:
     """What env values add to model-space indices: ``start``, or ``min(low)`` for int Box."""
     if isinstance(space, gs.Discrete | gs.MultiDiscrete):
@@ -218,8 +210,8 @@ def _leaf_to_json(space: gs.Space, value: np.ndarray) -> Any:
         return np.asarray(value).astype(np.int64).tolist()
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
-        return _float_json(float(arr))
-    return np.vectorize(_float_json, otypes=[object])(arr).tolist()
+        return float_to_json(float(arr))
+    return np.vectorize(float_to_json, otypes=[object])(arr).tolist()
 
 
 def actions_to_json(action_space: gs.Space, actions: Any, row: int) -> Any:
