@@ -18,7 +18,7 @@ import msgspec
 
 from service import codec
 from service.batcher import BatchInfo, Job
-from service.errors import BadRequest, NotReady, SessionConflict
+from service.errors import BadRequest, NotReady, ServiceError, SessionConflict
 from service.metrics import Metrics
 from service.policy import Policy, Step, StepOutput
 from service.registry import ModelEntry, ModelRegistry
@@ -92,16 +92,21 @@ class ActService:
             if session_id is None:
                 continue
             field = "session_id" if rows.single else f"session_ids[{row}]"
-            validate_session_id(session_id)
-            if session_id in seen:
-                raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
-                                 field=field, received=session_id)
-            seen.add(session_id)
-            if rows.episode_starts[row] and not entry.is_live(session_id):
-                binding.new.append((row, session_id))
-                continue
-            policy, session = entry.find_session(session_id)
-            entry.check_pinned(policy, version, session_id)
+            try:
+                validate_session_id(session_id)
+                if session_id in seen:
+                    raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
+                                     field=field, received=session_id)
+                seen.add(session_id)
+                if rows.episode_starts[row] and not entry.is_live(session_id):
+                    binding.new.append((row, session_id))
+                    continue
+                policy, session = entry.find_session(session_id)
+                entry.check_pinned(policy, version, session_id)
+            except ServiceError as exc:
+                if exc.field == "session_id" and not rows.single:  # the helpers name the single form
+                    exc.field, exc.message = field, f"{field}: {exc.message}"
+                raise
             if bound is not None and policy is not bound:
                 raise SessionConflict(
                     f"{field}: sessions of one request must share a model version; {session_id!r} is on "

@@ -70,15 +70,18 @@ def _from_b64(space: gs.Box, data: Mapping[str, Any], field: str) -> np.ndarray:
     if extra:
         raise _fail(field, f"unknown keys {sorted(extra)} in a base64 array", space, data)
     dtype_name = data.get("dtype", np.dtype(space.dtype).name)
+    if not isinstance(dtype_name, str):  # np.dtype(None) would silently mean float64
+        raise _fail(f"{field}.dtype", "expected a numeric dtype name such as 'uint8' or 'float32'",
+                    np.dtype(space.dtype).name, dtype_name)
     try:
         dtype = np.dtype(dtype_name)
-    except TypeError:
-        raise _fail(f"{field}.dtype", f"unknown dtype {dtype_name!r}", space, dtype_name) from None
+    except (TypeError, ValueError):
+        raise _fail(f"{field}.dtype", f"unknown dtype {dtype_name!r}", np.dtype(space.dtype).name, dtype_name) from None
     if dtype.kind not in "biuf":
-        raise _fail(f"{field}.dtype", f"dtype {dtype.name} is not numeric", space, dtype_name)
+        raise _fail(f"{field}.dtype", f"dtype {dtype.name} is not numeric", np.dtype(space.dtype).name, dtype_name)
     shape = data.get("shape", list(space.shape))
-    if list(shape) != list(space.shape):
-        raise _fail(f"{field}.shape", f"shape {shape} does not match {list(space.shape)}", space, shape)
+    if not isinstance(shape, list) or shape != list(space.shape):
+        raise _fail(f"{field}.shape", f"shape {shape!r} does not match {list(space.shape)}", list(space.shape), shape)
     raw = data.get("b64")
     if not isinstance(raw, str):
         raise _fail(f"{field}.b64", "expected a base64 string", space, raw)
@@ -248,12 +251,15 @@ def _decode_box_rows(space: gs.Box, items: list[Any], field: str) -> np.ndarray 
         return None
     if arr.dtype.kind not in "biuf" or arr.shape != (len(items), *space.shape):
         return None
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        return None
     try:
-        return _cast(space, arr, field, None)
+        out = _cast(space, arr, field, None)
     except InvalidInput:
         return None
+    # Checked after the cast: a finite double such as 1e39 is inf as float32. NaN and
+    # inf survive the cast, so this one check covers them too.
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        return None  # the per-row decode names the row
+    return out
 
 
 @functools.singledispatch

@@ -167,9 +167,12 @@ class Policy:
 
     def _rewards(self, rows: Rows) -> list[float | None]:
         for i, reward in enumerate(rows.rewards):
-            if reward is not None and not math.isfinite(reward):
+            # The model's prev_reward is float32: a double such as 1e39 would be stored as inf.
+            # (NaN fails both comparisons.)
+            if reward is not None and not -_F32_LIMIT < reward < _F32_LIMIT:
                 name = "reward" if rows.single else f"rewards[{i}]"
-                raise InvalidInput(f"{name}: must be a finite number", field=name, received=str(reward))
+                raise InvalidInput(f"{name}: must be a number that is finite as float32", field=name,
+                                   expected=f"a number with |x| <= {_F32_MAX:.8g}", received=reward)
         return rows.rewards
 
     def _reported_actions(self, rows: Rows) -> np.ndarray | None:
@@ -185,7 +188,11 @@ class Policy:
             except ValueError as exc:
                 raise InvalidInput(f"{name}: {exc}", field=name, expected=codec.describe_space(self.pipeline.action_space),
                                    received=action) from None
-            flat_rows.append(self.pipeline.flatten_actions(batch_of_one)[0])
+            flat = self.pipeline.flatten_actions(batch_of_one)[0]
+            if not np.isfinite(flat).all():  # e.g. a Box action of 1e39: inf as float32
+                raise InvalidInput(f"{name}: values must be finite as float32", field=name,
+                                   expected=codec.describe_space(self.pipeline.action_space), received=action)
+            flat_rows.append(flat)
         out = np.full((len(rows), flat_rows[0].shape[0]), np.nan, dtype=np.float32)
         out[[i for i, _ in given]] = np.stack(flat_rows)
         return out
@@ -357,6 +364,9 @@ class Policy:
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
+# The smallest double that rounds to inf as float32: float32's max plus half its last step
+# (the tie rounds to even, i.e. up, since the max has an odd mantissa).
+_F32_LIMIT = _F32_MAX + 2.0 ** 103
 
 
 def floats_json(values: np.ndarray | None) -> list[Any] | None:

@@ -9,8 +9,11 @@ The same structs generate the OpenAPI schema of the act routes.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -102,26 +105,125 @@ class Rows:
 _DECODER = msgspec.json.Decoder(ActRequest)
 
 
+_JSON_EXPECTED = "a UTF-8 JSON object with 'observation' or 'observations'"
+
+
 def decode_request(body: bytes) -> ActRequest:
     if not body:
-        raise InvalidJSON("empty request body; expected a JSON object with 'observation' or 'observations'")
+        raise InvalidJSON("empty request body; expected a JSON object with 'observation' or 'observations'",
+                          expected=_JSON_EXPECTED, received="an empty body")
     try:
         return _DECODER.decode(body)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"invalid request: {exc}", field=_field_of(str(exc)), received=None) from None
+        raise refusal(str(exc), body) from None
     except msgspec.DecodeError as exc:
-        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+        raise InvalidJSON(f"request body is not valid JSON: {exc}", expected=_JSON_EXPECTED,
+                          received=f"{len(body)} bytes that do not parse") from None
+    except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings lazily
+        raise InvalidJSON(f"request body has invalid UTF-8 inside a JSON string: {exc.reason}",
+                          expected=_JSON_EXPECTED, received=f"byte {exc.object[exc.start:exc.start + 1]!r}") from None
     except RecursionError:
-        raise InvalidJSON("request body is nested too deeply") from None
+        raise InvalidJSON("request body is nested too deeply", expected=_JSON_EXPECTED,
+                          received="JSON nested too deeply") from None
 
 
-def _field_of(message: str) -> str | None:
-    # msgspec names the location as "at `$.field[0]`"; unknown fields as "`field`".
-    if "at `$." in message:
-        return message.split("at `$.", 1)[1].rstrip("`")
-    if "Object contains unknown field `" in message:
-        return message.split("unknown field `", 1)[1].split("`", 1)[0]
+# --------------------------------------------------------------------------- decode errors
+# msgspec says what was expected and where ("Expected `bool | null`, got `str` - at
+# `$.explore`") but not the value, and inside untyped values (observations) it names a
+# dict key only as "[...]". On this error path the body is parsed again, loosely (numbers
+# kept as text), to name the exact place and echo what was received.
+
+_AT = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>.*)`$", re.S)
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_WILD = object()  # msgspec's "[...]": some key of an object
+_NO_VALUE = object()
+
+
+class _Number(str):
+    """A JSON number kept as its text (1e400 and 5000-digit integers stay describable)."""
+
+
+def refusal(message: str, body: bytes) -> BadRequest:
+    """The 400 for a msgspec validation error, naming the field, expected and received."""
+    if message.startswith("Object contains unknown field `"):
+        name = message.split("`", 2)[1]
+        return BadRequest(f"invalid request: {message}", field=name,
+                          expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
+    match = _AT.match(message)
+    if match is None:
+        return BadRequest(f"invalid request: {message}", expected="a JSON object of the act request schema",
+                          received=message)
+    what, raw_path = match["what"], match["path"]
+    segments = [int(i) if i.isdigit() else _WILD if i == "..." else key for key, i in _SEGMENT.findall(raw_path)]
+    out_of_range = "out of range" in what
+    found = _locate(_loose(body), segments, "", out_of_range)
+    field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
+    got = re.search(r", got `([^`]*)`", what)
+    received = _received(value) if value is not _NO_VALUE else (got[1] if got else what)
+    return BadRequest(f"invalid request: {what} - at {field}", field=field,
+                      expected=_expected(what, segments), received=received)
+
+
+def _expected(what: str, segments: list[Any]) -> Any:
+    if what.startswith("Invalid enum value") and segments and segments[0] == "outputs":
+        return list(get_args(Extra))
+    if "out of range" in what:
+        return "a number that fits a 64-bit float (integers of at most 4300 digits)"
+    expected = re.match(r"Expected `([^`]*)`(.*?)(?:, got `[^`]*`)?$", what, re.S)
+    if expected:
+        return (expected[1] + expected[2]).strip()
+    return what
+
+
+def _loose(body: bytes) -> Any:
+    try:
+        return json.loads(body, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
+    except Exception:  # noqa: BLE001 - unparseable here too: the error keeps msgspec's path
+        return _NO_VALUE
+
+
+def _locate(value: Any, segments: list[Any], prefix: str, out_of_range: bool) -> tuple[str, Any] | None:
+    """(field path, value) at msgspec's path; a "[...]" is the key leading to a bad number."""
+    if not segments:
+        return (prefix, value) if not out_of_range or _unparseable(value) else None
+    head, rest = segments[0], segments[1:]
+    if head is _WILD and isinstance(value, dict):
+        for key, item in value.items():
+            found = _locate(item, rest, f"{prefix}.{key}", out_of_range)
+            if found is not None:
+                return found
+    elif isinstance(head, int) and isinstance(value, list) and head < len(value):
+        return _locate(value[head], rest, f"{prefix}[{head}]", out_of_range)
+    elif isinstance(head, str) and isinstance(value, dict) and head in value:
+        return _locate(value[head], rest, f"{prefix}.{head}" if prefix else head, out_of_range)
     return None
+
+
+def _unparseable(value: Any) -> bool:
+    if not isinstance(value, _Number):
+        return False
+    try:
+        return not math.isfinite(float(value)) if any(c in value for c in ".eE") else int(value) is None
+    except ValueError:  # over Python's 4300-digit limit for integers
+        return True
+
+
+def _received(value: Any) -> Any:
+    if isinstance(value, _Number):
+        if len(value) > 40:
+            return f"a number of {len(value)} characters"
+        try:
+            number = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return str(value)
+        return number if math.isfinite(number) else str(value)
+    if isinstance(value, list):
+        return f"list of length {len(value)}"
+    if isinstance(value, dict):
+        return f"object with keys {sorted(value)[:10]}"
+    if isinstance(value, str) and len(value) > 40:
+        return f"string of length {len(value)}"
+    return value
 
 
 def to_rows(req: ActRequest) -> Rows:

@@ -6,6 +6,8 @@ Dict keys as ``.key``, Tuple items and Repeated entries as ``[i]``, batch rows a
 
 ``Case.bug`` marks a request the service answers wrongly today (the test keeps asserting
 the right answer and is a strict xfail); ``BUGS`` holds the precise descriptions.
+The random generator leaves no known trigger out: it sends non-ASCII text, invalid UTF-8
+bytes, a "shape" key and doubles that overflow float32.
 """
 
 from __future__ import annotations
@@ -305,17 +307,18 @@ def _(space: gs.Dict) -> list[tuple[str, Any]]:
 
 # --------------------------------------------------------------------------- random fuzz
 
-_KEYS = ["a", "b", "b64", "dtype", "observation", "x", "0"]  # never "shape": see BUGS["b64-shape"]
+_KEYS = ["a", "b", "b64", "dtype", "shape", "observation", "x", "0"]
 _FIELDS = ["observation", "observations", "session_id", "session_ids", "episode_start", "episode_starts",
            "reward", "rewards", "prev_action", "prev_actions", "action_mask", "action_masks", "seed", "seeds",
            "explore", "clip_actions", "unsquash_actions", "outputs", "debug", "zz_unknown"]
 _ASCII = [chr(c) for c in range(32, 127)]
+_TEXT = _ASCII + ["\u00e9", "\u2603", "\U0001f600", "\u0000"]
+_BAD_UTF8 = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"]
 
 
 def random_json(rnd: random.Random, depth: int = 0) -> Any:
-    """A random JSON value. Known-bug triggers stay out (they have their own strict-xfail
-    cases): ASCII strings only (invalid UTF-8), no key "shape" (base64 shape), no finite
-    double beyond float32 (batch overflow); large doubles like -1e300 are still in."""
+    """A random JSON value, including non-ASCII text, a base64 "shape" key and finite
+    doubles that overflow float32 (1e39, -3.5e38)."""
     kind = rnd.randrange(9 if depth < 3 else 6)
     if kind == 0:
         return None
@@ -324,9 +327,9 @@ def random_json(rnd: random.Random, depth: int = 0) -> Any:
     if kind == 2:
         return rnd.choice([0, 1, -1, 2, 3, 255, 256, -2**31, 2**63, 2**64, 10**25, rnd.randint(-9, 9)])
     if kind == 3:
-        return rnd.choice([0.0, -0.0, 0.5, -1e-45, 1e38, -3.4e38, -1e300, 1e-300, rnd.uniform(-2, 2)])
+        return rnd.choice([0.0, -0.0, 0.5, -1e-45, 1e38, -3.4e38, 1e39, -3.5e38, 3.4028236e38, -1e300, 1e-300, rnd.uniform(-2, 2)])
     if kind == 4:
-        return "".join(rnd.choice(_ASCII) for _ in range(rnd.randrange(0, 12)))
+        return "".join(rnd.choice(_TEXT) for _ in range(rnd.randrange(0, 12)))
     if kind == 5:
         return rnd.choice(["value", "entropy", "dist_inputs", "uint8", "float32", "AAAA", "", "inf", "nan"])
     if kind in (6, 7):
@@ -362,7 +365,7 @@ def _random_node_edit(rnd: random.Random, value: Any) -> Any:
 
 
 def random_request(rnd: random.Random, valid_obs: Any) -> bytes:
-    """A valid single-observation request bent by 1-3 random edits (JSON or ASCII bytes)."""
+    """A valid single-observation request bent by 1-3 random edits (JSON or raw bytes)."""
     body: Any = {"observation": valid_obs}
     for _ in range(rnd.randint(1, 3)):
         roll = rnd.random()
@@ -375,7 +378,7 @@ def random_request(rnd: random.Random, valid_obs: Any) -> bytes:
         else:
             body = {"observations": [body.get("observation", valid_obs)] * rnd.randint(1, 3)}
     text = bytearray(dumps(body))
-    if rnd.random() < 0.25:  # byte-level damage, printable ASCII only
+    if rnd.random() < 0.25:  # byte-level damage: printable ASCII or invalid UTF-8
         for _ in range(rnd.randint(1, 3)):
             i = rnd.randrange(len(text) + 1)
             op = rnd.random()
@@ -384,5 +387,5 @@ def random_request(rnd: random.Random, valid_obs: Any) -> bytes:
             elif op < 0.7 and i < len(text):
                 text[i] = ord(rnd.choice(_ASCII + list('{}[],:"')))
             else:
-                text[i:i] = rnd.choice(_ASCII + list('{}[],:"')).encode()
+                text[i:i] = rnd.choice([c.encode() for c in _ASCII + list('{}[],:"')] + _BAD_UTF8)
     return bytes(text)

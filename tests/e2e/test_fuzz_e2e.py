@@ -188,7 +188,7 @@ def test_fallback_act_route_refuses_the_same(fallback_client, case):
     assert_refused(fallback_client, case)
 
 
-# Decode-level refusals carry the field but not the structured expected/received.
+# Decode-level refusals carry the field and say what was expected and what was received.
 STRUCTURED = [
     Case("explore-string", "/v1/models/box/act", dumps({"observation": [0.1, 0.2, 0.3, 0.4], "explore": "yes"}),
          (400,), "bad_request", "explore"),
@@ -203,13 +203,7 @@ STRUCTURED = [
 ]
 
 
-_UNSTRUCTURED = pytest.mark.xfail(strict=True, reason="400s from act request decoding (msgspec validation: "
-                                  "wrong type, unknown field, bound, enum) have expected=null and received=null; "
-                                  "the standard asks the error to say what was expected and what was received")
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[_UNSTRUCTURED] if c.path.endswith("/act") else [])
-                                  for c in STRUCTURED])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in STRUCTURED])
 def test_decode_errors_say_what_was_expected_and_received(client, case):
     error = assert_refused(client, case).json()["error"]
     assert error["expected"] is not None and error["received"] is not None, error
@@ -338,7 +332,6 @@ def test_a_refused_batch_advances_none_of_its_sessions(client, model):
         assert client.get(f"/v1/models/{model}/sessions/fz-bnew-{t}").status_code == 404
 
 
-@pytest.mark.xfail(strict=True, reason=BUGS["batch-box-overflow"])
 @pytest.mark.parametrize("model", STATEFUL)
 def test_an_overflowing_batch_row_advances_no_session(client, model):
     victim, control = f"fz-ov-victim-{model}", f"fz-ov-control-{model}"
@@ -415,8 +408,6 @@ def test_bad_requests_never_disturb_good_ones_sharing_a_batch(batching_url):
     assert max(r.json()["debug"]["batch_requests"] for r in answers[len(bad):]) > 1, "no batch was shared"
 
 
-@pytest.mark.xfail(strict=True, reason=BUGS["batch-box-overflow"] + "; every request sharing its batch gets "
-                   "500 batch_failed too (measured: 12 of 12 concurrent good requests with a 20 ms window)")
 def test_an_overflowing_row_never_fails_other_clients(batching_url):
     overflow = ("/v1/models/box/act", dumps({"observations": [[0.1, 0.2, 0.3, 0.4], [1e39] * 4]}))
     goods = _good_box_requests(12)
