@@ -10,6 +10,7 @@ itself for one policy.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,9 @@ MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observat
 _NO_RESET = np.zeros(1, dtype=bool)
 _NO_RESET.flags.writeable = False
 _FLOATS_ONLY = {float}
+# A model input overflowing its dtype is refused right after the cast (see ``_preprocess``);
+# numpy's warning about it would only be log noise.
+warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning, module=__name__)
 
 
 @dataclass(eq=False, slots=True)
@@ -86,6 +90,11 @@ class Policy:
         self.batcher: Batcher | None = None  # attached by registry.build_policy
         self.stateful = self.signature.is_recurrent or self.signature.uses_prev_actions or self.signature.uses_prev_rewards
         self._plain_width = self._plain_box_width(pipeline)
+        # The codec already refused non-finite values of the space's own dtype; the model
+        # input can still overflow when it is narrower (a float64 Box fed as float32) or a
+        # filter divides by a small std without clipping. Only then is it checked again.
+        self._input_checked = (pipeline.passes_through and pipeline.obs_filter is None
+                               and np.dtype(obs_space.dtype) == self.obs_dtype)
 
     @property
     def key(self) -> str:
@@ -163,7 +172,14 @@ class Policy:
                 expected=getattr(exc, "expected", None),
                 received=getattr(exc, "received", None),
             ) from None
-        return np.ascontiguousarray(obs, dtype=self.obs_dtype)
+        obs = np.ascontiguousarray(obs, dtype=self.obs_dtype)
+        if not self._input_checked and obs.dtype.kind == "f" and not np.isfinite(obs).all():
+            row = int(np.argmin(np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)))
+            name = field if field == "observation" else f"{field}[{row}]"
+            raise InvalidInput(f"{name}: values overflow the model's {self.obs_dtype.name} input",
+                               field=name, expected=f"values that are finite as {self.obs_dtype.name}",
+                               received="a value that becomes inf or nan")
+        return obs
 
     def _rewards(self, rows: Rows) -> list[float | None]:
         for i, reward in enumerate(rows.rewards):
