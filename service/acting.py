@@ -96,7 +96,8 @@ class ActService:
                 validate_session_id(session_id)
                 if session_id in seen:
                     raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
-                                     field=field, received=session_id)
+                                     field=field, expected="each session at most once per request",
+                                     received=session_id)
                 seen.add(session_id)
                 if rows.episode_starts[row] and not entry.is_live(session_id):
                     binding.new.append((row, session_id))

@@ -61,8 +61,10 @@ def validate_mask(value: Any, layout: MaskLayout | None, field: str) -> np.ndarr
             received="a mask",
         )
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = np.asarray(value)
     except (TypeError, ValueError):
+        arr = None
+    if arr is not None and arr.dtype.kind not in "biuf":  # strings like "1" are not a mask
         arr = None
     if arr is None or arr.shape != (layout.width,) or not np.all((arr == 0) | (arr == 1)):
         raise InvalidInput(

@@ -166,11 +166,12 @@ class Policy:
         except ValueError as exc:
             # The preprocessor's ObservationError names path/expected/received.
             path = getattr(exc, "path", None)
+            expected, received = getattr(exc, "expected", None), getattr(exc, "received", None)
             raise InvalidInput(
                 f"{field}: {exc}",
                 field=f"{field}{'' if not path else '.' + str(path)}",
-                expected=getattr(exc, "expected", None),
-                received=getattr(exc, "received", None),
+                expected=codec.describe_space(self.pipeline.obs_space) if expected is None else expected,
+                received=str(exc) if received is None else received,
             ) from None
         obs = np.ascontiguousarray(obs, dtype=self.obs_dtype)
         if not self._input_checked and obs.dtype.kind == "f" and not np.isfinite(obs).all():

@@ -233,6 +233,8 @@ def to_rows(req: ActRequest) -> Rows:
         raise BadRequest(
             "send exactly one of 'observation' (one row) or 'observations' (a list of rows)",
             field="observation",
+            expected="exactly one of 'observation' or 'observations'",
+            received="both" if not single else "neither",
         )
     if single:
         _no_batch_fields(req)
@@ -283,13 +285,16 @@ def _no_batch_fields(req: ActRequest) -> None:
         return
     for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds"):
         if getattr(req, name) is not None:
-            raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name)
+            raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name,
+                             expected=f"'{name[:-1]}' with 'observation'", received=f"'{name}'")
 
 
 def _no_single_fields(req: ActRequest) -> None:
     singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None}
     for name, default in singles.items():
         if getattr(req, name) != default:
-            raise BadRequest(f"'{name}' belongs to the single form; with 'observations' use '{name}s'", field=name)
+            raise BadRequest(f"'{name}' belongs to the single form; with 'observations' use '{name}s'", field=name,
+                             expected=f"'{name}s' with 'observations'", received=f"'{name}'")
     if req.prev_action is not msgspec.UNSET:
-        raise BadRequest("'prev_action' belongs to the single form; with 'observations' use 'prev_actions'", field="prev_action")
+        raise BadRequest("'prev_action' belongs to the single form; with 'observations' use 'prev_actions'",
+                         field="prev_action", expected="'prev_actions' with 'observations'", received="'prev_action'")
