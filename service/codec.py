@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.spaces import Repeated, Simplex, space_to_json
+from models.spaces import Repeated, Simplex, float_to_json, space_to_json
 from service.errors import InvalidInput
 
 __all__ = ["decode_value", "decode_batch", "stack_values", "encode_batch", "describe_space"]
@@ -296,17 +296,11 @@ def encode_batch(space: gs.Space, batched: Any) -> list[Any]:
     if arr.dtype.kind == "f":
         # JSON has no NaN/inf; the space-JSON convention spells them as strings.
         if not np.all(np.isfinite(arr)):
-            return np.vectorize(_float_json, otypes=[object])(arr.astype(np.float64)).tolist()
+            return np.vectorize(float_to_json, otypes=[object])(arr.astype(np.float64)).tolist()
         return arr.tolist()
     return arr.astype(np.int64).tolist()
 
 
-def _float_json(x: float) -> float | str:
-    if np.isnan(x):
-        return "nan"
-    if np.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(x)
 
 
 @encode_batch.register

@@ -18,6 +18,7 @@ import msgspec
 from fastapi import APIRouter, Request, Response
 
 from service.acting import ActService
+from service.api.bodies import body_limit, read_body
 from service.errors import InternalError, PayloadTooLarge, ServiceError
 from service.metrics import Metrics
 from service.wire import ActRequest, ActResponse
@@ -111,14 +112,7 @@ def _service(request: Request) -> ActService:
 
 
 async def _body(request: Request) -> bytes:
-    limit = request.app.state.settings.max_body_bytes
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes", expected=limit, received=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await read_body(request, body_limit(request))
 
 
 @router.post("/v1/models/{name}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
