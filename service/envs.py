@@ -8,6 +8,8 @@ that server-side recurrent state works.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
@@ -27,6 +29,7 @@ class DropVelocity(gym.ObservationWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         box = env.observation_space
+        assert isinstance(box, gym.spaces.Box)  # CartPole's observation space
         idx = list(KEPT_ENTRIES)
         self.observation_space = gym.spaces.Box(box.low[idx], box.high[idx], dtype=np.float32)
 
@@ -34,7 +37,7 @@ class DropVelocity(gym.ObservationWrapper):
         return np.asarray(observation, dtype=np.float32)[list(KEPT_ENTRIES)]
 
 
-def _make_no_velocity(**kwargs: object) -> gym.Env:
+def _make_no_velocity(**kwargs: Any) -> gym.Env:
     return DropVelocity(gym.make("CartPole-v1", **kwargs))
 
 
@@ -44,6 +47,6 @@ def register_envs() -> None:
         gym.register(id=NO_VELOCITY_ID, entry_point=_make_no_velocity, max_episode_steps=None)
 
 
-def make_env(env_id: str, **kwargs: object) -> gym.Env:
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     register_envs()
     return gym.make(env_id, **kwargs)

@@ -109,11 +109,12 @@ class Policy:
         Such rows are checked in Python per request and converted to one array per batch
         (one ``np.array`` call for the batch instead of ~4 numpy calls per request)."""
         space = pipeline.obs_space
+        shape = space.shape  # None only for spaces without a fixed shape (never a plain Box)
         f32 = np.dtype(np.float32)
         if (not pipeline.passes_through or pipeline.obs_filter is not None or self.mask_in_obs
-                or len(space.shape) != 1 or space.dtype != f32 or self.obs_dtype != f32):
+                or shape is None or len(shape) != 1 or space.dtype != f32 or self.obs_dtype != f32):
             return 0
-        return int(space.shape[0])
+        return int(shape[0])
 
     def _plain_row(self, data: Any) -> bool:
         """True when ``data`` is a list of exactly ``_plain_width`` Python floats that are all
@@ -141,6 +142,7 @@ class Policy:
                 mask=self._masks(rows, []) if rows.has_masks else None,
                 rows=1,
             )
+        decoded: list[Any] | np.ndarray
         if rows.single:
             decoded = [self._decode_obs(space, rows.observations[0], field)]
         else:
@@ -160,7 +162,7 @@ class Policy:
             rows=n,
         )
 
-    def _preprocess(self, decoded: list[Any], field: str) -> np.ndarray:
+    def _preprocess(self, decoded: list[Any] | np.ndarray, field: str) -> np.ndarray:
         try:
             obs = self.pipeline.preprocess(decoded)
         except ValueError as exc:
@@ -214,7 +216,7 @@ class Policy:
         out[[i for i, _ in given]] = np.stack(flat_rows)
         return out
 
-    def _masks(self, rows: Rows, decoded: list[Any]) -> np.ndarray | None:
+    def _masks(self, rows: Rows, decoded: list[Any] | np.ndarray) -> np.ndarray | None:
         row_masks: list[np.ndarray | None] = []
         for i, explicit in enumerate(rows.action_masks):
             name = "action_mask" if rows.single else f"action_masks[{i}]"
@@ -248,7 +250,9 @@ class Policy:
         if None not in rows:  # every request a plain row: one conversion for the batch
             return np.array(rows, dtype=self.obs_dtype)
         if len(steps) == 1:
-            return steps[0].obs
+            obs = steps[0].obs
+            assert obs is not None  # its obs_row is None, so it was decoded into obs
+            return obs
         return np.concatenate([np.array([s.obs_row], dtype=self.obs_dtype) if s.obs is None else s.obs
                                for s in steps])
 
@@ -284,7 +288,9 @@ class Policy:
         if all(s.mask is None for s in steps):
             return dist_inputs
         layout = self.mask_layout
-        mask = np.concatenate([s.mask if s.mask is not None else np.ones((s.rows, layout.width), bool) for s in steps])
+        assert layout is not None  # prepare() accepts a mask only when the model has a layout
+        mask = np.concatenate([s.mask if s.mask is not None else np.ones((s.rows, layout.width), np.bool_)
+                               for s in steps])
         return masks.apply_mask(dist_inputs, mask, layout)
 
     def _act(self, steps: list[Step], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:

@@ -247,6 +247,7 @@ def to_rows(req: ActRequest) -> Rows:
             has_masks=req.action_mask is not None,
         )
     _no_single_fields(req)
+    assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
     n = len(req.observations)
     if n == 0:
         raise BadRequest("'observations' is empty", field="observations", expected="at least one row", received=0)
