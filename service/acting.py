@@ -59,7 +59,9 @@ class ActService:
         if not step.has_sessions:
             keys = _NO_KEYS
         elif rows.single:
-            keys = frozenset((sessions[0].id,))
+            first = sessions[0]
+            assert first is not None  # a single row with a session_id was bound by _resolve
+            keys = frozenset((first.id,))
         else:
             keys = frozenset(s.id for s in sessions if s is not None)
         job = Job(step, step.rows, keys)
@@ -81,8 +83,7 @@ class ActService:
             return entry.policy(version), _NO_SESSIONS
         if rows.single and not rows.episode_starts[0]:
             # The common session step: one live session, no creation.
-            validate_session_id(rows.session_ids[0])
-            policy, session = entry.find_session(rows.session_ids[0])
+            policy, session = entry.find_session(validate_session_id(rows.session_ids[0]))
             entry.check_pinned(policy, version, session.id)
             return policy, _Binding([(0, session)], [])
         binding = _Binding([], [])
@@ -136,10 +137,10 @@ class ActService:
             sessions[row] = store.create(session_id, rows.seeds[row])
             step.reset[row] = True
         rngs = []
-        for session in sessions:
-            if session is not None:
-                session.inflight += 1  # pins it: never evicted or expired while queued
-            rngs.append(None if session is None else session.rng)
+        for maybe_session in sessions:
+            if maybe_session is not None:
+                maybe_session.inflight += 1  # pins it: never evicted or expired while queued
+            rngs.append(None if maybe_session is None else maybe_session.rng)
         step.sessions = sessions
         step.rngs = rngs
         step.has_sessions = True

@@ -53,7 +53,7 @@ class BatchInfo:
     run_s: float
 
 
-BatchFn = Callable[[Sequence[Any]], Sequence[Any]]
+BatchFn = Callable[[list[Any]], Sequence[Any]]  # gets the batch's payloads as a list
 Observer = Callable[[BatchInfo, Sequence[Job]], None]
 
 
@@ -210,7 +210,7 @@ class Batcher:
 
     async def _execute(self, batch: list[Job]) -> None:
         started = time.perf_counter()
-        payloads = []
+        payloads: list[Any] = []
         rows = 0
         for job in batch:
             job.queue_s = started - job.enqueued

@@ -193,6 +193,7 @@ class ModelRegistry:
             for session_id in policy.sessions.ids():
                 entry.gone[session_id] = f"model version {v!r} was unloaded"
             policy.sessions.clear()
+            assert policy.batcher is not None  # build_policy attaches it before registering
             await policy.batcher.close()
             log.info("unloaded %s", policy.key)
         while len(entry.gone) > self.settings.session_tombstones:

@@ -98,7 +98,7 @@ _OPENAPI_EXTRA = {
     "requestBody": {"required": True, "content": {"application/json": {"schema": ACT_SCHEMAS["request"]}}},
     "responses": {"200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}},
 }
-_ERRORS = {code: {"description": why, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": why, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
            for code, why in {400: "Malformed request", 404: "Unknown model, version or session",
                              409: "Session bound to another version", 410: "Session expired or ended",
                              422: "Input does not fit the model's spaces, or every action masked",
