@@ -15,8 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(tempfile.gettempdir()) / "rlserve-static-checks"
 
-# service/ is to be added here once it type-checks (it is being annotated separately).
-MYPY_TARGETS = ["models"]
+MYPY_TARGETS = ["models", "service"]
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
