@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium import spaces as gs
 
 from models.spaces import Repeated, Simplex, float_to_json, space_to_json
-from service.errors import InvalidInput
+from service.errors import InvalidInput, summarize_received
 
 __all__ = ["decode_value", "decode_batch", "stack_values", "encode_batch", "describe_space"]
 
@@ -41,20 +41,9 @@ def describe_space(space: gs.Space) -> Any:
     return space_to_json(space)
 
 
-def _summary(value: Any) -> Any:
-    """A short description of a received value for error messages."""
-    if isinstance(value, list):
-        return f"list of length {len(value)}"
-    if isinstance(value, dict):
-        return f"object with keys {sorted(value)[:10]}"
-    if isinstance(value, str) and len(value) > 40:
-        return f"string of length {len(value)}"
-    return value
-
-
 def _fail(field: str, message: str, space: gs.Space | Any, received: Any) -> InvalidInput:
     expected = describe_space(space) if isinstance(space, gs.Space) else space
-    return InvalidInput(f"{field}: {message}", field=field, expected=expected, received=_summary(received))
+    return InvalidInput(f"{field}: {message}", field=field, expected=expected, received=summarize_received(received))
 
 
 @functools.singledispatch

@@ -178,3 +178,14 @@ class BatchFailed(ServiceError):
     """The runtime call of a batch raised; only that batch's requests see this."""
 
     status, code = 500, "batch_failed"
+
+
+def summarize_received(value: Any) -> Any:
+    """A short description of a received value for an error's ``received`` field."""
+    if isinstance(value, list):
+        return f"list of length {len(value)}"
+    if isinstance(value, dict):
+        return f"object with keys {sorted(value)[:10]}"
+    if isinstance(value, str) and len(value) > 40:
+        return f"string of length {len(value)}"
+    return value

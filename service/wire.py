@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from service.errors import BadRequest, InvalidJSON
+from service.errors import BadRequest, InvalidJSON, summarize_received
 
 Extra = Literal["value", "entropy", "dist_inputs"]
 Seed = Annotated[int, msgspec.Meta(ge=0)]  # numpy's SeedSequence takes non-negative integers
@@ -217,13 +217,7 @@ def _received(value: Any) -> Any:
         except ValueError:
             return str(value)
         return number if math.isfinite(number) else str(value)
-    if isinstance(value, list):
-        return f"list of length {len(value)}"
-    if isinstance(value, dict):
-        return f"object with keys {sorted(value)[:10]}"
-    if isinstance(value, str) and len(value) > 40:
-        return f"string of length {len(value)}"
-    return value
+    return summarize_received(value)
 
 
 def to_rows(req: ActRequest) -> Rows:
