@@ -40,7 +40,8 @@ def _export_parser() -> argparse.ArgumentParser:
     src.add_argument("--obs-space", type=Path, help="observation space JSON (models.spaces schema)")
     src.add_argument("--action-space", type=Path, help="action space JSON")
     src.add_argument("--config", type=Path, help="model config JSON (overrides of MODEL_DEFAULTS or a full config)")
-    src.add_argument("--weights", type=Path, required=True, help="RLlib state_dict as .npz (names as RLlib's)")
+    src.add_argument("--weights", type=Path, required=True, help="RLlib state_dict as .npz (names as RLlib's), or an RLlib checkpoint "
+                     "(algorithm or policy directory, policy_state.pkl; read without running pickled code)")
     src.add_argument("--filter", type=Path, help="frozen MeanStdFilter state JSON")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
