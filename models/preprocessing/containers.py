@@ -10,7 +10,7 @@ Repeated writes ``[len, slot0, slot1, ...]`` in float64; slots past ``len`` stay
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +20,19 @@ from models.preprocessing.base import Label, LeafSpec, Preprocessor, join_key, l
 from models.preprocessing.errors import ObservationError, describe_space, describe_value
 
 __all__ = ["DictFlatteningPreprocessor", "RepeatedValuesPreprocessor", "TupleFlatteningPreprocessor"]
+
+
+def _items_per_row(
+    items: Callable[[Any, str], list[Any]], rows: list[Any], path: str, label: Label
+) -> list[list[Any]]:
+    """``items(obs, path)`` for every row; an error names the batch row it came from."""
+    out = []
+    for i, obs in enumerate(rows):
+        try:
+            out.append(items(obs, path))
+        except ObservationError as exc:
+            raise ObservationError(exc.path, exc.expected, f"{exc.received} ({label(i)})") from None
+    return out
 
 
 class _Flattening(Preprocessor):
@@ -59,12 +72,7 @@ class _Flattening(Preprocessor):
             child._write(value, out[where], path + suffix)
 
     def _gather(self, rows: list[Any], key: str, path: str, label: Label) -> dict[str, np.ndarray]:
-        per_row = []
-        for i, obs in enumerate(rows):
-            try:
-                per_row.append(self._items(obs, path))
-            except ObservationError as exc:
-                raise ObservationError(exc.path, exc.expected, f"{exc.received} ({label(i)})") from None
+        per_row = _items_per_row(self._items, rows, path, label)
         cols: dict[str, np.ndarray] = {}
         for j, (part, suffix, child, _) in enumerate(self._slices()):
             cols.update(child._gather([items[j] for items in per_row], join_key(key, part), path + suffix, label))
@@ -162,12 +170,7 @@ class RepeatedValuesPreprocessor(Preprocessor):
             self.child._write(item, out[1 + i * stride: 1 + (i + 1) * stride], f"{path}[{i}]")
 
     def _gather(self, rows: list[Any], key: str, path: str, label: Label) -> dict[str, np.ndarray]:
-        lists = []
-        for i, obs in enumerate(rows):
-            try:
-                lists.append(self._items(obs, path))
-            except ObservationError as exc:
-                raise ObservationError(exc.path, exc.expected, f"{exc.received} ({label(i)})") from None
+        lists = _items_per_row(self._items, rows, path, label)
         lengths = np.array([len(items) for items in lists], dtype=np.int64)
         row_of = np.repeat(np.arange(len(rows)), lengths)
         item_of = np.concatenate([np.arange(n) for n in lengths]) if len(rows) else np.zeros(0, np.int64)
