@@ -19,6 +19,7 @@ Errors mirror the service's error codes (``error.code`` in every JSON error body
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Sequence
@@ -260,6 +261,31 @@ class _Base:
             return 0.05 * 2 ** attempt
         return None
 
+    def _delay_or_raise(self, error: RLServeError, attempt: int) -> float:
+        """The wait before retry number ``attempt + 1``; raises ``error`` when none is allowed."""
+        delay = self._retry_delay(error, attempt)
+        if delay is None or attempt >= self.max_retries:
+            raise error
+        return delay
+
+    def _transport_error(self, exc: httpx.TransportError, method: str, path: str,
+                         retry_on_timeout: bool) -> RLServeError:
+        """A failed connect may be retried; a timeout after sending only when asked."""
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout) \
+                and not retry_on_timeout:
+            raise ConnectionFailed(f"{method} {path} timed out after sending: {exc}") from exc
+        return _connect_error(exc, self.base_url + path)
+
+    def _session_body(self, session_id: str | None, seed: int | None) -> dict[str, Any]:
+        return {k: v for k, v in (("session_id", session_id), ("seed", seed), ("version", self.version))
+                if v is not None}
+
+    def _close_episode(self, episode_id: str) -> _Episode:
+        episode = self._episodes.pop(episode_id, None)
+        if episode is None:
+            raise SessionNotFoundError(f"episode {episode_id!r} is not open", field="episode_id", received=episode_id)
+        return episode
+
     def _episode(self, episode_id: str) -> _Episode:
         try:
             return self._episodes[episode_id]
@@ -316,25 +342,16 @@ class PolicyClient(_Base):
         self._http.close()
 
     def _request(self, method: str, path: str, *, json: Any = None, retry_on_timeout: bool = False) -> Any:
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 response = self._http.request(method, path, json=json)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                error: RLServeError = _connect_error(exc, self.base_url + path)
-            except httpx.TimeoutException as exc:
-                if not retry_on_timeout:
-                    raise ConnectionFailed(f"{method} {path} timed out after sending: {exc}") from exc
-                error = _connect_error(exc, self.base_url + path)
+            except (httpx.ConnectError, httpx.TimeoutException) as exc:
+                error = self._transport_error(exc, method, path, retry_on_timeout)
             else:
                 if response.is_success:
                     return response.json()
                 error = error_from_response(response)
-            delay = self._retry_delay(error, attempt)
-            if delay is None or attempt >= self.max_retries:
-                raise error
-            time.sleep(delay)
-            attempt += 1
+            time.sleep(self._delay_or_raise(error, attempt))
 
     # -- wire-level calls
     def act(self, observation: Any, *, session_id: str | None = None, explore: bool | None = None,
@@ -359,8 +376,7 @@ class PolicyClient(_Base):
         return ActResult.from_json(self._request("POST", self._act_path, json=body))
 
     def create_session(self, session_id: str | None = None, *, seed: int | None = None) -> dict[str, Any]:
-        body = {k: v for k, v in (("session_id", session_id), ("seed", seed), ("version", self.version))
-                if v is not None}
+        body = self._session_body(session_id, seed)
         return self._request("POST", f"/v1/models/{self.model}/sessions", json=body)
 
     def end_session(self, session_id: str) -> dict[str, Any]:
@@ -391,9 +407,7 @@ class PolicyClient(_Base):
 
     def end_episode(self, episode_id: str) -> float:
         """Delete the server session; returns the episode's logged total reward."""
-        episode = self._episodes.pop(episode_id, None)
-        if episode is None:
-            raise SessionNotFoundError(f"episode {episode_id!r} is not open", field="episode_id", received=episode_id)
+        episode = self._close_episode(episode_id)
         self.end_session(episode.session_id)
         return episode.total_reward
 
@@ -417,25 +431,16 @@ class AsyncPolicyClient(_Base):
         await self._http.aclose()
 
     async def _request(self, method: str, path: str, *, json: Any = None, retry_on_timeout: bool = False) -> Any:
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 response = await self._http.request(method, path, json=json)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                error: RLServeError = _connect_error(exc, self.base_url + path)
-            except httpx.TimeoutException as exc:
-                if not retry_on_timeout:
-                    raise ConnectionFailed(f"{method} {path} timed out after sending: {exc}") from exc
-                error = _connect_error(exc, self.base_url + path)
+            except (httpx.ConnectError, httpx.TimeoutException) as exc:
+                error = self._transport_error(exc, method, path, retry_on_timeout)
             else:
                 if response.is_success:
                     return response.json()
                 error = error_from_response(response)
-            delay = self._retry_delay(error, attempt)
-            if delay is None or attempt >= self.max_retries:
-                raise error
-            await asyncio.sleep(delay)
-            attempt += 1
+            await asyncio.sleep(self._delay_or_raise(error, attempt))
 
     async def act(self, observation: Any, *, session_id: str | None = None, explore: bool | None = None,
                   reward: float | None = None, episode_start: bool = False, action_mask: Any = None,
@@ -459,8 +464,7 @@ class AsyncPolicyClient(_Base):
         return ActResult.from_json(await self._request("POST", self._act_path, json=body))
 
     async def create_session(self, session_id: str | None = None, *, seed: int | None = None) -> dict[str, Any]:
-        body = {k: v for k, v in (("session_id", session_id), ("seed", seed), ("version", self.version))
-                if v is not None}
+        body = self._session_body(session_id, seed)
         return await self._request("POST", f"/v1/models/{self.model}/sessions", json=body)
 
     async def end_session(self, session_id: str) -> dict[str, Any]:
@@ -488,8 +492,6 @@ class AsyncPolicyClient(_Base):
         self._log_returns(episode_id, reward)
 
     async def end_episode(self, episode_id: str) -> float:
-        episode = self._episodes.pop(episode_id, None)
-        if episode is None:
-            raise SessionNotFoundError(f"episode {episode_id!r} is not open", field="episode_id", received=episode_id)
+        episode = self._close_episode(episode_id)
         await self.end_session(episode.session_id)
         return episode.total_reward
