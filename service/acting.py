@@ -3,6 +3,9 @@
     decode + normalise rows ─► resolve sessions (read-only) ─► policy.prepare (validate)
       ─► bind sessions (create / restart / in-flight count) ─► batcher ─► encode
 
+``act`` awaits the batch (the ASGI handlers); ``act_nowait`` hands a callback to the
+batcher instead (the act protocol, which has no task per request).
+
 Nothing mutates session state until every row validated; a request that fails
 validation leaves all sessions as they were. Both the raw ASGI hot path and the
 documented FastAPI route call ``ActService.act``.
@@ -11,6 +14,7 @@ documented FastAPI route call ``ActService.act``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +43,23 @@ class _Binding:
 
 _NO_SESSIONS = _Binding([], [])
 
+# reply(payload, None) with the response body, or reply(None, error) for the client.
+Reply = Callable[[bytes | None, ServiceError | None], None]
+
+
+@dataclass(slots=True)
+class _Accepted:
+    """A validated request whose sessions are bound, waiting for its batch."""
+
+    started: float
+    name: str
+    policy: Policy
+    req: ActRequest
+    rows: Rows
+    step: Step
+    sessions: list[Session | None]
+    job: Job
+
 
 class ActService:
     def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
@@ -46,6 +67,49 @@ class ActService:
         self.metrics = metrics
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
+        """Body bytes -> response bytes; raises a ``ServiceError`` for the client."""
+        accepted = self._accept(name, version, body)
+        batcher = accepted.policy.batcher
+        assert batcher is not None  # _accept refused a policy without one
+        try:
+            output, info = await batcher.submit(accepted.job)
+        finally:
+            if accepted.step.has_sessions:
+                self._release(accepted.policy, accepted.sessions)
+        return self._finish(accepted, output, info)
+
+    def act_nowait(self, name: str, version: str | None, body: bytes, reply: Reply) -> None:
+        """``act`` without a task: validation errors and 503s raise here, at once; the
+        outcome of the batch goes to ``reply(payload, None)`` or ``reply(None, error)``,
+        called on the event loop. For callers that own the connection (the act protocol)."""
+        accepted = self._accept(name, version, body)
+        batcher = accepted.policy.batcher
+        assert batcher is not None  # _accept refused a policy without one
+
+        def done(output: Any, info: BatchInfo | None, error: ServiceError | None) -> None:
+            if accepted.step.has_sessions:
+                self._release(accepted.policy, accepted.sessions)
+            if error is not None:
+                reply(None, error)
+                return
+            assert info is not None  # set with every result
+            try:
+                payload = self._finish(accepted, output, info)
+            except ServiceError as exc:
+                reply(None, exc)
+                return
+            reply(payload, None)
+
+        try:
+            batcher.submit_nowait(accepted.job, done)
+        except BaseException:
+            if accepted.step.has_sessions:
+                self._release(accepted.policy, accepted.sessions)
+            raise
+
+    def _accept(self, name: str, version: str | None, body: bytes) -> _Accepted:
+        """Everything before the batch: decode, validate, bind sessions, build the job.
+        Raises before any session changed if the request is refused."""
         started = time.perf_counter()
         req = decode_request(body)
         rows = to_rows(req)
@@ -64,15 +128,13 @@ class ActService:
             keys = frozenset((first.id,))
         else:
             keys = frozenset(s.id for s in sessions if s is not None)
-        job = Job(step, step.rows, keys)
-        try:
-            output, info = await policy.batcher.submit(job)
-        finally:
-            if step.has_sessions:
-                self._release(policy, sessions)
-        payload = self._response(policy, req, rows, step, output, info, job.queue_s)
+        return _Accepted(started, name, policy, req, rows, step, sessions, Job(step, step.rows, keys))
+
+    def _finish(self, accepted: _Accepted, output: StepOutput, info: BatchInfo) -> bytes:
+        payload = self._response(accepted.policy, accepted.req, accepted.rows, accepted.step, output, info,
+                                 accepted.job.queue_s)
         if self.metrics is not None:
-            self.metrics.act_latency(name).observe(time.perf_counter() - started)
+            self.metrics.act_latency(accepted.name).observe(time.perf_counter() - accepted.started)
         return _ENCODER.encode(payload)
 
     # ------------------------------------------------------------------ sessions

@@ -10,6 +10,10 @@ apply in arrival order.
 A batch runs inline when small (a thread hop costs more than a small model) and in a
 worker thread when large, so the event loop keeps parsing requests meanwhile. If the
 batch function raises, only that batch's jobs fail; the worker keeps going.
+
+A job is awaited (``submit``) or carries a completion callback (``submit_nowait``): the
+callback runs on the event loop inside the batch's own loop over its jobs, so a caller
+without a task per request (``service.act_protocol``) pays no wake-up per request.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Job:
     enqueued: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0  # set when its batch starts
     future: asyncio.Future | None = None
+    done: DoneFn | None = None  # instead of a future (``submit_nowait``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,8 @@ class BatchInfo:
 
 
 BatchFn = Callable[[list[Any]], Sequence[Any]]  # gets the batch's payloads as a list
+# done(result, info, error): exactly one of (result, info) and error is set.
+DoneFn = Callable[[Any, BatchInfo | None, ServiceError | None], None]
 Observer = Callable[[BatchInfo, Sequence[Job]], None]
 
 
@@ -111,19 +118,29 @@ class Batcher:
 
     async def submit(self, job: Job) -> tuple[Any, BatchInfo]:
         """Queue ``job`` and wait for (result, batch info); raises its ``ServiceError``."""
+        loop = asyncio.get_running_loop()
+        job.future = loop.create_future()
+        self._enqueue(job, loop)
+        return await job.future
+
+    def submit_nowait(self, job: Job, done: DoneFn) -> None:
+        """Queue ``job``; ``done(result, info, error)`` runs on the event loop when its
+        batch finished (or failed). Raises 503 at once, like ``submit``, when full.
+        Must be called from the event loop's thread."""
+        job.done = done
+        self._enqueue(job, asyncio.get_running_loop())
+
+    def _enqueue(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
         if self._closed or self._rows_queued + job.rows > self.queue_limit:
             self.check_capacity(job.rows)
-        loop = asyncio.get_running_loop()
         worker = self._worker
         if worker is None or self._loop is not loop or worker.done():
             self._ensure_worker(loop)
-        job.future = loop.create_future()
         self._queue.append(job)
         self._rows_queued += job.rows
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._rows_queued >= self._need_rows:
             waiter.set_result(None)
-        return await job.future
 
     def _ensure_worker(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._worker is None or self._worker.done() or self._loop is not loop:
@@ -231,11 +248,12 @@ class Batcher:
             results = [error] * len(batch)
         info = BatchInfo(next(_batch_ids), rows, len(batch), time.perf_counter() - started)
         for job, result in zip(batch, results, strict=True):
-            future = job.future
             if isinstance(result, ServiceError):
                 self._fail(job, result)
-            elif future is not None and not future.done():
-                future.set_result((result, info))
+            elif job.done is not None:
+                _call(job, result, info, None)
+            elif job.future is not None and not job.future.done():
+                job.future.set_result((result, info))
         if self._observer is not None:
             try:
                 self._observer(info, batch)
@@ -249,8 +267,23 @@ class Batcher:
 
     @staticmethod
     def _fail(job: Job, error: ServiceError) -> None:
-        if job.future is not None and not job.future.done():
+        if job.done is not None:
+            _call(job, None, None, error)
+        elif job.future is not None and not job.future.done():
             job.future.set_exception(error)
+
+
+def _call(job: Job, result: Any, info: BatchInfo | None, error: ServiceError | None) -> None:
+    """One job's callback, called once; its failure is logged and never reaches the batch's
+    other jobs. The job lets go of it first: the callback usually holds the job, and that
+    cycle would otherwise wait for the garbage collector."""
+    done, job.done = job.done, None
+    if done is None:
+        return
+    try:
+        done(result, info, error)
+    except Exception:
+        log.exception("a batch job's completion callback failed")
 
 
 def _wake(waiter: asyncio.Future) -> None:

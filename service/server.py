@@ -7,6 +7,7 @@ import gc
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -46,8 +47,13 @@ def serve_main(argv: list[str] | None = None) -> int:
     # path (measured: ~10 us per request and the tail latency spikes).
     gc.collect()
     gc.freeze()
+    http: Any = "auto"
+    if settings.act_protocol and app.raw_act is not None:
+        from service.act_protocol import act_protocol_class
+
+        http = act_protocol_class(app.raw_act) or "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            access_log=False, workers=1, lifespan="on")
+                            access_log=False, workers=1, lifespan="on", http=http)
     server = uvicorn.Server(config)
     server.run()
     return 0

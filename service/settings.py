@@ -52,6 +52,9 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     fast_act_path: bool = True  # serve /act through the raw ASGI handler
+    # With fast_act_path, `rlserve serve` answers /act inside uvicorn's HTTP protocol,
+    # without an ASGI task per request (service/act_protocol.py); False keeps it on ASGI.
+    act_protocol: bool = True
     log_level: LogLevel = "info"
 
     @field_validator("repository")

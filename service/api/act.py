@@ -55,10 +55,12 @@ class RawActHandler:
             payload = await self.service.act(match["name"], match["version"], body)
             status, headers = 200, _JSON_HEADERS
         except ServiceError as exc:
-            status, payload, headers = self._error(exc)
+            status, payload, extra = error_response(exc, self.metrics)
+            headers = _JSON_HEADERS + extra
         except Exception as exc:  # never let one request take the worker down
             log.exception("act failed")
-            status, payload, headers = self._error(InternalError(f"internal error: {type(exc).__name__}"))
+            status, payload, extra = error_response(InternalError(f"internal error: {type(exc).__name__}"), self.metrics)
+            headers = _JSON_HEADERS + extra
         headers = [*headers, (b"content-length", b"%d" % len(payload))]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
@@ -78,11 +80,14 @@ class RawActHandler:
             size += len(chunk)
             chunks.append(chunk)
 
-    def _error(self, exc: ServiceError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        if self.metrics is not None:
-            self.metrics.error(exc.code, exc.status)
-        headers = _JSON_HEADERS + [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
-        return exc.status, exc.body(), headers
+
+
+def error_response(exc: ServiceError, metrics: Metrics | None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """(status, JSON body, headers besides content-type) for a refused act request,
+    counted in the error metrics. Shared with ``service.act_protocol``."""
+    if metrics is not None:
+        metrics.error(exc.code, exc.status)
+    return exc.status, exc.body(), [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
 
 
 # --------------------------------------------------------------------------- documented routes

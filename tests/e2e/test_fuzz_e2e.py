@@ -188,6 +188,19 @@ def test_fallback_act_route_refuses_the_same(fallback_client, case):
     assert_refused(fallback_client, case)
 
 
+# `rlserve serve` answers act in its HTTP protocol (service/act_protocol.py); with
+# RLSERVE_ACT_PROTOCOL=false the raw ASGI handler does, and must refuse the same way.
+@pytest.fixture(scope="module")
+def asgi_client(repo) -> Iterator[httpx.Client]:
+    with _serve(repo, RLSERVE_ACT_PROTOCOL="false") as url, _client(url) as c:
+        yield c
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in FALLBACK_CASES])
+def test_raw_asgi_act_handler_refuses_the_same(asgi_client, case):
+    assert_refused(asgi_client, case)
+
+
 # Decode-level refusals carry the field and say what was expected and what was received.
 STRUCTURED = [
     Case("explore-string", "/v1/models/box/act", dumps({"observation": [0.1, 0.2, 0.3, 0.4], "explore": "yes"}),
