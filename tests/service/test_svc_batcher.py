@@ -131,3 +131,47 @@ async def test_a_broken_observer_does_not_stop_the_worker():
     assert (await b.submit(Job(1, 1)))[0] == 1
     assert (await b.submit(Job(2, 1)))[0] == 2
     await b.close()
+
+
+async def test_submit_nowait_calls_back_from_the_batch_and_fails_only_its_own_jobs():
+    rec = Recorder(fail_on=13)
+    b = _batcher(rec, max_rows=2, max_delay_s=5.0)
+    seen: list[tuple] = []
+    done = asyncio.Event()
+
+    def callback(tag):
+        def on_done(result, info, error):
+            seen.append((tag, result, None if info is None else info.requests, type(error).__name__ if error else None))
+            if len(seen) == 4:
+                done.set()
+        return on_done
+
+    jobs = [Job(p, 1) for p in (1, 2, 13, 4)]
+    for job in jobs:
+        b.submit_nowait(job, callback(job.payload))
+    await asyncio.wait_for(done.wait(), 5)
+    assert sorted(seen) == [(1, 10, 2, None), (2, 20, 2, None), (4, None, None, "BatchFailed"),
+                            (13, None, None, "BatchFailed")]
+    # Each job let go of its callback once it ran (no job <-> callback cycle left behind).
+    assert all(job.done is None for job in jobs)
+
+
+async def test_a_failing_callback_does_not_reach_the_other_jobs():
+    b = _batcher(Recorder(), max_rows=3, max_delay_s=5.0)
+    got = []
+
+    def bad(result, info, error):
+        raise RuntimeError("the connection is gone")
+
+    b.submit_nowait(Job(1, 1), bad)
+    b.submit_nowait(Job(2, 1), lambda r, i, e: got.append(r))
+    assert (await b.submit(Job(3, 1)))[0] == 30
+    assert got == [20]
+
+
+async def test_submit_nowait_refuses_at_once_when_the_queue_is_full():
+    b = _batcher(Recorder(), queue_limit=2, max_delay_s=5.0, max_rows=8)
+    b.submit_nowait(Job(1, 2), lambda r, i, e: None)
+    with pytest.raises(QueueFull):
+        b.submit_nowait(Job(2, 1), lambda r, i, e: None)
+    await b.close()
