@@ -36,8 +36,10 @@ class Settings(BaseSettings):
     queue_limit: int = Field(4096, ge=1)  # pending rows per model version before 503
     retry_after_s: int = Field(1, ge=0)
     # Batches with more rows than this run in a worker thread so the event loop keeps
-    # parsing requests meanwhile; small ones run inline (a thread hop costs more than them).
-    inline_batch_rows: int = Field(64, ge=0)
+    # parsing requests meanwhile. On 2 vCPUs shared with clients the thread costs more than
+    # it overlaps (64-obs requests: ~+20-40% obs/s with every batch inline, docs/benchmarks.md),
+    # so by default only batches larger than max_batch_size (one huge request) leave the loop.
+    inline_batch_rows: int = Field(1024, ge=0)
 
     session_idle_ttl_s: float = Field(600.0, gt=0.0)
     max_sessions: int = Field(10_000, ge=1)  # per model version; the least recently used goes
