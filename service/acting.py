@@ -223,24 +223,30 @@ class ActService:
 
     def _response(self, policy: Policy, req: ActRequest, rows: Rows, step: Step,
                   output: StepOutput, info: BatchInfo, queue_s: float) -> dict[str, Any]:
-        encoded = output.actions_json
+        batch, start, stop = output.batch, output.start, output.stop
+        single = rows.single
+        pick = _item if single else _rows  # the single form answers with the row itself
         if req.unsquash_actions or req.clip_actions:
-            actions = output.actions
+            actions = output.actions()
             if req.unsquash_actions:
                 actions = policy.pipeline.unsquash(actions)
             if req.clip_actions:
                 actions = policy.pipeline.clip(actions)
             encoded = codec.encode_batch(policy.pipeline.action_space, actions)
-        single = rows.single
+            action = encoded[0] if single else encoded
+        else:
+            action = pick(batch.actions_json, start, stop)
         payload: dict[str, Any] = {"model": policy.name, "version": policy.version, "explore": step.explore}
-        payload["action" if single else "actions"] = encoded[0] if single else encoded
-        payload["logp"] = _unwrap(output.logp, single)
-        if output.value is not None:
-            payload["value"] = _unwrap(output.value, single)
-        if "entropy" in step.extras:
-            payload["entropy"] = _unwrap(output.entropy, single)
-        if output.dist_inputs is not None:
-            payload["dist_inputs"] = _unwrap(output.dist_inputs, single)
+        payload["action" if single else "actions"] = action
+        payload["logp"] = None if batch.logp is None else pick(batch.logp, start, stop)
+        extras = step.extras
+        if extras:
+            if "value" in extras and batch.value is not None:
+                payload["value"] = pick(batch.value, start, stop)
+            if "entropy" in extras:
+                payload["entropy"] = None if batch.entropy is None else pick(batch.entropy, start, stop)
+            if "dist_inputs" in extras and batch.dist_inputs is not None:
+                payload["dist_inputs"] = pick(batch.dist_inputs, start, stop)
         if step.has_sessions:
             ids = [None if s is None else s.id for s in step.sessions]
             payload["session_id" if single else "session_ids"] = ids[0] if single else ids
@@ -252,8 +258,9 @@ class ActService:
         return payload
 
 
-def _unwrap(values: list[Any] | None, single: bool) -> Any:
-    """The single form answers with the row itself, the batch form with the list."""
-    if values is None:
-        return None
-    return values[0] if single else values
+def _item(values: list[Any], start: int, stop: int) -> Any:
+    return values[start]
+
+
+def _rows(values: list[Any], start: int, stop: int) -> list[Any]:
+    return values[start:stop]

@@ -58,15 +58,32 @@ class Step:
 
 
 @dataclass(slots=True)
-class StepOutput:
-    """One request's slice of a batch: raw actions plus JSON-ready per-row lists."""
+class BatchOutput:
+    """A batch's results, JSON-ready once for the whole batch (one ``tolist`` per array)."""
 
-    actions: Any  # model-space action structure, leading axis n (for clip/unsquash)
+    actions: Any  # model-space action structure, leading axis = batch rows (for clip/unsquash)
     actions_json: list[Any]  # env-space JSON values, one per row
     logp: list[Any] | None
-    value: list[Any] | None
+    value: list[Any] | None  # only when some request asked for it
     entropy: list[Any] | None
-    dist_inputs: list[Any] | None
+    dist_inputs: list[Any] | None  # only when some request asked for it
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """One request's rows ``start:stop`` of its batch's output; the response slices what
+    it uses (a single-row request takes items, not slices)."""
+
+    batch: BatchOutput
+    start: int
+    stop: int
+
+    def actions(self) -> Any:
+        """The request's raw model-space actions (leading axis n)."""
+        actions = self.batch.actions
+        if isinstance(actions, np.ndarray):
+            return actions[self.start:self.stop]
+        return tree_slice(actions, self.start, self.stop)
 
 
 class Policy:
@@ -311,10 +328,11 @@ class Policy:
         # was accepted), one row at a time, so an episode replays whatever shares its batch.
         start = 0
         for step in steps:
-            for offset, rng in enumerate(step.rngs):
-                row = start + offset
-                if rng is not None and explore[row]:
-                    tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
+            if step.rngs:
+                for offset, rng in enumerate(step.rngs):
+                    row = start + offset
+                    if rng is not None and explore[row]:
+                        tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
             start += step.rows
         logp = _optional(lambda: dist.logp(actions))
         wants_entropy = any("entropy" in s.extras for s in steps)
@@ -331,24 +349,19 @@ class Policy:
             slabs.scatter(slots[live], state_out, flat)
 
     def _split(self, steps, actions, logp, entropy, value, dist_inputs) -> list[StepOutput]:
-        """Encode the batch once (one ``tolist`` per array), then slice per request."""
-        actions_json = codec.encode_batch(self.pipeline.action_space, actions)
-        logp_json = floats_json(logp)
-        value_json = floats_json(value) if any("value" in s.extras for s in steps) else None
-        entropy_json = floats_json(entropy)
-        dist_json = dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None
+        """Encode the batch once (one ``tolist`` per array); each request gets its row range."""
+        batch = BatchOutput(
+            actions=actions,
+            actions_json=codec.encode_batch(self.pipeline.action_space, actions),
+            logp=floats_json(logp),
+            value=floats_json(value) if any("value" in s.extras for s in steps) else None,
+            entropy=floats_json(entropy),
+            dist_inputs=dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None,
+        )
         results, start = [], 0
-        plain = isinstance(actions, np.ndarray)
         for step in steps:
             stop = start + step.rows
-            results.append(StepOutput(
-                actions=actions[start:stop] if plain else tree_slice(actions, start, stop),
-                actions_json=actions_json[start:stop],
-                logp=None if logp_json is None else logp_json[start:stop],
-                value=value_json[start:stop] if value_json is not None and "value" in step.extras else None,
-                entropy=None if entropy_json is None else entropy_json[start:stop],
-                dist_inputs=dist_json[start:stop] if dist_json is not None and "dist_inputs" in step.extras else None,
-            ))
+            results.append(StepOutput(batch, start, stop))
             start = stop
         return results
 
