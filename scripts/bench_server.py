@@ -6,7 +6,10 @@ closed-loop load generator (N keep-alive connections, one request in flight each
 prints req/s, obs/s, p50 and p99 per scenario and concurrency:
 
     minimal ASGI app | MLP 256x256 single obs | LSTM sessions | 64-obs requests |
-    MLP single obs with batching off
+    MLP single obs with batching off | MLP single obs through the raw ASGI handler
+
+``rlserve serve`` answers act requests inside uvicorn's HTTP protocol (service/act_protocol.py);
+the last scenario turns that off (RLSERVE_ACT_PROTOCOL=false) to show what the ASGI path costs.
 
     python scripts/bench_server.py [--duration 5] [--concurrency 1 16 64] [--only mlp lstm]
 
@@ -265,13 +268,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--only", nargs="+", default=None,
-                        choices=["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch"])
+                        choices=["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch", "asgi"])
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each point this many times and report the median req/s and, separately, "
                              "the median server CPU per request (the machine is shared)")
     parser.add_argument("--env", nargs="*", default=[], help="extra RLSERVE_X=Y settings for the server")
+    parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                        help="after the table, measure the two ratio targets in ROUNDS interleaved pairs "
+                             "(both servers up, A B then B A, ...) and print each pair's ratio: on a shared "
+                             "machine load bursts move a whole scenario, and pairing cancels most of that")
     args = parser.parse_args()
-    wanted = set(args.only or ["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch"])
+    wanted = set(args.only or ["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch", "asgi"])
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     rng = np.random.default_rng(0)
 
@@ -290,6 +297,7 @@ def main() -> None:
             ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
             ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
             ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
+            ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
         ]
         for key, label, make, env in scenarios:
             if key not in wanted:
@@ -311,6 +319,45 @@ def main() -> None:
             finally:
                 stop(proc)
         summarize(rows)
+        if args.paired:
+            paired(repo, Path(tmp), extra_env, [c for c in args.concurrency if c > 1] or args.concurrency,
+                   args.paired, args.duration, args.warmup, rng)
+
+
+PAIRS = [  # (label, numerator, denominator, target)
+    ("MLP 1 obs / minimal ASGI app", "mlp", "minimal", 0.5),
+    ("LSTM sessions / LSTM stateless", "lstm", "lstm_stateless", 0.8),
+]
+
+
+def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: list[int], rounds: int,
+           duration: float, warmup: float, rng) -> None:
+    """The ratio targets from interleaved runs: both servers stay up and each round runs
+    the two scenarios back to back (alternating which goes first)."""
+    makers = {"minimal": minimal, "mlp": mlp_single, "lstm": lstm_sessions, "lstm_stateless": lstm_stateless}
+    minimal_proc, minimal_port = start_minimal(workdir)
+    rlserve_proc, rlserve_port = start_rlserve(repo, extra_env)
+    where = {key: (minimal_proc, minimal_port) if key == "minimal" else (rlserve_proc, rlserve_port)
+             for key in makers}
+    print(f"\npaired runs ({rounds} rounds of {duration:g} s each side, req/s ratio [server CPU ratio]):")
+    try:
+        for c in concurrencies:
+            for label, num, den, target in PAIRS:
+                ratios, cpu_ratios = [], []
+                for i in range(rounds):
+                    got = {}
+                    for key in ((num, den) if i % 2 == 0 else (den, num)):
+                        proc, port = where[key]
+                        got[key] = run_load(port, makers[key](c, rng), duration, warmup, proc.pid)
+                    ratios.append(got[num]["req_s"] / got[den]["req_s"])
+                    cpu_ratios.append(got[den]["cpu_us"] / got[num]["cpu_us"])
+                met = sum(r >= target for r in ratios)
+                print(f"  c={c:<3} {label:<32} median {statistics.median(ratios):.2f} "
+                      f"[cpu {statistics.median(cpu_ratios):.2f}]  range {min(ratios):.2f}-{max(ratios):.2f}  "
+                      f"rounds >= {target}: {met}/{rounds}  ({' '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+    finally:
+        stop(minimal_proc)
+        stop(rlserve_proc)
 
 
 def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
