@@ -171,34 +171,24 @@ def test_bad_request_gets_its_4xx(client, case):
     assert_refused(client, case)
 
 
-# The documented fallback (RLSERVE_FAST_ACT_PATH=false: the FastAPI act routes) answers the
-# same: every request-level, transport, base64 and nested-observation case.
+# The other act paths refuse the same way as the act protocol `rlserve serve` uses by
+# default: the raw ASGI handler (RLSERVE_ACT_PROTOCOL=false) and the documented FastAPI
+# routes (RLSERVE_FAST_ACT_PATH=false); every request-level, transport, base64 and
+# nested-observation case.
 FALLBACK_CASES = [c for c in CASES if c.path.endswith("/act")
                   and c.name.split(":")[0] in ("box", "image", "nested", "disc")]
 
 
-@pytest.fixture(scope="module")
-def fallback_client(repo) -> Iterator[httpx.Client]:
-    with _serve(repo, RLSERVE_FAST_ACT_PATH="false") as url, _client(url) as c:
+@pytest.fixture(scope="module", params=["RLSERVE_ACT_PROTOCOL", "RLSERVE_FAST_ACT_PATH"],
+                ids=["asgi-handler", "fastapi-route"])
+def fallback_client(repo, request) -> Iterator[httpx.Client]:
+    with _serve(repo, **{request.param: "false"}) as url, _client(url) as c:
         yield c
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in FALLBACK_CASES])
-def test_fallback_act_route_refuses_the_same(fallback_client, case):
+def test_other_act_paths_refuse_the_same(fallback_client, case):
     assert_refused(fallback_client, case)
-
-
-# `rlserve serve` answers act in its HTTP protocol (service/act_protocol.py); with
-# RLSERVE_ACT_PROTOCOL=false the raw ASGI handler does, and must refuse the same way.
-@pytest.fixture(scope="module")
-def asgi_client(repo) -> Iterator[httpx.Client]:
-    with _serve(repo, RLSERVE_ACT_PROTOCOL="false") as url, _client(url) as c:
-        yield c
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in FALLBACK_CASES])
-def test_raw_asgi_act_handler_refuses_the_same(asgi_client, case):
-    assert_refused(asgi_client, case)
 
 
 # Decode-level refusals carry the field and say what was expected and what was received.
