@@ -201,7 +201,7 @@ class ActService:
             sessions[row] = session
         for row, session_id in binding.new:
             sessions[row] = store.create(session_id, rows.seeds[row])
-            step.reset[row] = True
+            assert step.reset[row]  # only an episode_start row creates a session (see _resolve)
         rngs = []
         for maybe_session in sessions:
             if maybe_session is not None:

@@ -30,8 +30,10 @@ from service.trees import tree_set_row, tree_slice, tree_where
 from service.wire import Rows
 
 MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observation
-_NO_RESET = np.zeros(1, dtype=bool)
+_NO_RESET = np.zeros(1, dtype=bool)  # a single row's reset flag, shared read-only
 _NO_RESET.flags.writeable = False
+_RESET = np.ones(1, dtype=bool)
+_RESET.flags.writeable = False
 _FLOATS_ONLY = {float}
 # A model input overflowing its dtype is refused right after the cast (see ``_preprocess``);
 # numpy's warning about it would only be log noise.
@@ -153,7 +155,7 @@ class Policy:
                 explore=self.default_explore if explore is None else explore,
                 extras=extras,
                 sessions=[None],
-                reset=np.asarray(rows.episode_starts, dtype=bool) if rows.has_sessions else _NO_RESET,
+                reset=_RESET if rows.episode_starts[0] else _NO_RESET,
                 rewards=self._rewards(rows) if rows.has_rewards else rows.rewards,
                 prev_actions=self._reported_actions(rows) if rows.has_prev_actions else None,
                 mask=self._masks(rows, []) if rows.has_masks else None,
@@ -285,8 +287,8 @@ class Policy:
         slabs = self.sessions.slabs
         with slabs.lock:
             if reward_rows.any():
-                values = np.asarray([r for r, keep in zip(rewards, reward_rows, strict=True) if keep], np.float32)
-                slabs.report(slots[reward_rows], values, None)
+                values = np.fromiter((0.0 if r is None else r for r in rewards), np.float32, len(rewards))
+                slabs.report(slots[reward_rows], values[reward_rows], None)
             if reported is not None:
                 rows = ~np.isnan(reported[:, 0]) & live & ~reset
                 slabs.report(slots[rows], None, reported[rows])
