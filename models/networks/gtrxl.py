@@ -15,8 +15,6 @@ own MultiDiscrete branch slices the wrong axis and fails to concatenate).
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium.spaces as gs
 import torch
 from torch import nn
@@ -24,7 +22,13 @@ from torch import nn
 from models.interface import ModelSignature, PrevSpec, StateSpec
 from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
 from models.networks.common import SlimFC, num_outputs_of
-from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
+from models.networks.wrapper_inputs import (
+    PrevActionEncoder,
+    base_features,
+    non_negative_int,
+    positive_int,
+    shadow_base_value_head,
+)
 from models.spaces import shape_of
 
 
@@ -62,20 +66,6 @@ class GTrXLCore(nn.Module):
         return h, unit_inputs
 
 
-def _positive(cfg: dict[str, Any], key: str) -> int:
-    value = cfg[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"model_config.{key}: expected a positive int, received {value!r}")
-    return value
-
-
-def _non_negative(cfg: dict[str, Any], key: str) -> int:
-    value = cfg.get(key) or 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"model_config.{key}: expected an int >= 0, received {value!r}")
-    return value
-
-
 class AttentionWrapper(nn.Module):
     """``forward(obs, memory_0..L-1, [prev_actions (B,n,A)], [prev_rewards (B,n)])``
     -> ``(dist_inputs (B, num_outputs), value (B,), memory_out_0..L-1 (B, M, D))``."""
@@ -95,11 +85,11 @@ class AttentionWrapper(nn.Module):
         cfg = model_config
         self.num_outputs = int(num_outputs)
         self.obs_shape = tuple(int(s) for s in shape_of(obs_space))
-        self.num_units = _positive(cfg, "attention_num_transformer_units")
-        self.dim = _positive(cfg, "attention_dim")
-        self.memory = _positive(cfg, "attention_memory_inference")
-        self.n_prev_actions = _non_negative(cfg, "attention_use_n_prev_actions")
-        self.n_prev_rewards = _non_negative(cfg, "attention_use_n_prev_rewards")
+        self.num_units = positive_int(cfg, "attention_num_transformer_units")
+        self.dim = positive_int(cfg, "attention_dim")
+        self.memory = positive_int(cfg, "attention_memory_inference")
+        self.n_prev_actions = non_negative_int(cfg, "attention_use_n_prev_actions")
+        self.n_prev_rewards = non_negative_int(cfg, "attention_use_n_prev_rewards")
 
         shadow_base_value_head(base)
         self.base = base
@@ -111,9 +101,9 @@ class AttentionWrapper(nn.Module):
             in_size,
             self.dim,
             self.num_units,
-            _positive(cfg, "attention_num_heads"),
-            _positive(cfg, "attention_head_dim"),
-            _positive(cfg, "attention_position_wise_mlp_dim"),
+            positive_int(cfg, "attention_num_heads"),
+            positive_int(cfg, "attention_head_dim"),
+            positive_int(cfg, "attention_position_wise_mlp_dim"),
             float(cfg["attention_init_gru_gate_bias"]),
         )
         self._logits_branch = SlimFC(self.dim, self.num_outputs)

@@ -10,25 +10,19 @@ Both heads read the LSTM output; the base's own value head is never used. Unlike
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium.spaces as gs
 import torch
 from torch import nn
 
 from models.interface import ModelSignature, PrevSpec, StateSpec
 from models.networks.common import SlimFC, num_outputs_of
-from models.networks.wrapper_inputs import PrevActionEncoder, base_features, shadow_base_value_head
+from models.networks.wrapper_inputs import (
+    PrevActionEncoder,
+    base_features,
+    positive_int,
+    shadow_base_value_head,
+)
 from models.spaces import shape_of
-
-
-def _cell_size(cfg: dict[str, Any]) -> int:
-    value = cfg["lstm_cell_size"]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(
-            f"model_config.lstm_cell_size: expected a positive int, received {value!r}"
-        )
-    return value
 
 
 class LSTMWrapper(nn.Module):
@@ -49,7 +43,7 @@ class LSTMWrapper(nn.Module):
         super().__init__()
         self.num_outputs = int(num_outputs)
         self.obs_shape = tuple(int(s) for s in shape_of(obs_space))
-        self.cell_size = _cell_size(model_config)
+        self.cell_size = positive_int(model_config, "lstm_cell_size")
         self.use_prev_action = bool(model_config.get("lstm_use_prev_action"))
         self.use_prev_reward = bool(model_config.get("lstm_use_prev_reward"))
 

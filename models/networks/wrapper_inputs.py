@@ -1,4 +1,5 @@
-"""What the LSTM and attention wrappers add to the wrapped model: previous actions.
+"""What the LSTM and attention wrappers add to the wrapped model: previous actions (and
+the checks of their integer config keys).
 
 Previous actions arrive as flattened raw actions (Discrete = 1 column holding the index,
 MultiDiscrete = k columns, Box/MultiBinary = prod(shape) columns, Tuple/Dict = the leaves
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium.spaces as gs
 import numpy as np
@@ -19,6 +21,22 @@ import torch
 from torch import nn
 
 from models.spaces import Simplex, shape_of
+
+
+def positive_int(cfg: dict[str, Any], key: str) -> int:
+    """``cfg[key]`` if it is an int >= 1 (not a bool), else a ValueError naming the key."""
+    value = cfg[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"model_config.{key}: expected a positive int, received {value!r}")
+    return value
+
+
+def non_negative_int(cfg: dict[str, Any], key: str) -> int:
+    """``cfg[key]`` (unset/None counts as 0) if it is an int >= 0, else a ValueError."""
+    value = cfg.get(key) or 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"model_config.{key}: expected an int >= 0, received {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
