@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from service.api.act import RawActHandler, error_response
-from service.errors import InternalError, PayloadTooLarge, ServiceError
+from service.errors import PayloadTooLarge, ServiceError, as_service_error
 
 log = logging.getLogger("rlserve.act_protocol")
 
@@ -109,11 +109,8 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
 
             try:
                 service.act_nowait(match["name"], match["version"], body, reply)
-            except ServiceError as exc:
-                self._reply(cycle, exc)
             except Exception as exc:  # never let one request take the worker down
-                log.exception("act failed")
-                self._reply(cycle, InternalError(f"internal error: {type(exc).__name__}"))
+                self._reply(cycle, as_service_error(exc, log, "act failed"))
 
         def _reply(self, cycle: Any, error: ServiceError | None, payload: bytes | None = None) -> None:
             """Write the whole response in one call and hand the connection back to uvicorn."""

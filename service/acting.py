@@ -13,6 +13,7 @@ documented FastAPI route call ``ActService.act``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,13 +23,14 @@ import msgspec
 
 from service import codec
 from service.batcher import BatchInfo, Job
-from service.errors import BadRequest, NotReady, ServiceError, SessionConflict
+from service.errors import BadRequest, NotReady, ServiceError, SessionConflict, as_service_error
 from service.metrics import Metrics
 from service.policy import Policy, Step, StepOutput
 from service.registry import ModelEntry, ModelRegistry
 from service.sessions import Session, validate_session_id
 from service.wire import Rows, decode_request, to_rows
 
+log = logging.getLogger("rlserve.act")
 _ENCODER = msgspec.json.Encoder()
 _NO_KEYS: frozenset[str] = frozenset()
 
@@ -78,8 +80,7 @@ class ActService:
         try:
             output, info = await batcher.submit(accepted.job)
         finally:
-            if accepted.step.has_sessions:
-                self._release(accepted.policy, accepted.sessions)
+            self._done_with(accepted)
         return self._finish(accepted, output, info)
 
     def act_nowait(self, name: str, version: str | None, body: bytes, reply: Reply) -> None:
@@ -91,24 +92,22 @@ class ActService:
         assert batcher is not None  # _accept refused a policy without one
 
         def done(output: Any, info: BatchInfo | None, error: ServiceError | None) -> None:
-            if accepted.step.has_sessions:
-                self._release(accepted.policy, accepted.sessions)
+            self._done_with(accepted)
             if error is not None:
                 reply(None, error)
                 return
             assert info is not None  # set with every result
             try:
                 payload = self._finish(accepted, output, info)
-            except ServiceError as exc:
-                reply(None, exc)
+            except Exception as exc:  # the client gets an answer whatever went wrong
+                reply(None, as_service_error(exc, log, "act: encoding the response failed"))
                 return
             reply(payload, None)
 
         try:
             batcher.submit_nowait(accepted.job, done)
         except BaseException:
-            if accepted.step.has_sessions:
-                self._release(accepted.policy, accepted.sessions)
+            self._done_with(accepted)
             raise
 
     def _accept(self, name: str, version: str | None, body: bytes) -> _Accepted:
@@ -211,6 +210,11 @@ class ActService:
         step.rngs = rngs
         step.has_sessions = True
         return sessions
+
+    def _done_with(self, accepted: _Accepted) -> None:
+        """The request's batch is over (or it never got queued): unpin its sessions."""
+        if accepted.step.has_sessions:
+            self._release(accepted.policy, accepted.sessions)
 
     @staticmethod
     def _release(policy: Policy, sessions: list[Session | None]) -> None:

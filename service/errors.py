@@ -7,6 +7,7 @@ HTTP status. This module is framework-free so the raw ASGI act path can use it t
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -172,6 +173,15 @@ class NotReady(ServiceError):
 
 class InternalError(ServiceError):
     status, code = 500, "internal_error"
+
+
+def as_service_error(exc: Exception, log: logging.Logger, what: str) -> ServiceError:
+    """``exc`` itself when it is meant for the client; any other exception is a bug: it is
+    logged with its traceback and the client gets a 500 naming only its type."""
+    if isinstance(exc, ServiceError):
+        return exc
+    log.error("%s", what, exc_info=exc)
+    return InternalError(f"internal error: {type(exc).__name__}")
 
 
 class BatchFailed(ServiceError):

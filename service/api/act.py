@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request, Response
 
 from service.acting import ActService
 from service.api.bodies import body_limit, read_body
-from service.errors import InternalError, PayloadTooLarge, ServiceError
+from service.errors import PayloadTooLarge, ServiceError, as_service_error
 from service.metrics import Metrics
 from service.wire import ActRequest, ActResponse
 
@@ -54,12 +54,8 @@ class RawActHandler:
                 body = await self._read_rest(receive, message, body)
             payload = await self.service.act(match["name"], match["version"], body)
             status, headers = 200, _JSON_HEADERS
-        except ServiceError as exc:
-            status, payload, extra = error_response(exc, self.metrics)
-            headers = _JSON_HEADERS + extra
         except Exception as exc:  # never let one request take the worker down
-            log.exception("act failed")
-            status, payload, extra = error_response(InternalError(f"internal error: {type(exc).__name__}"), self.metrics)
+            status, payload, extra = error_response(as_service_error(exc, log, "act failed"), self.metrics)
             headers = _JSON_HEADERS + extra
         headers = [*headers, (b"content-length", b"%d" % len(payload))]
         await send({"type": "http.response.start", "status": status, "headers": headers})

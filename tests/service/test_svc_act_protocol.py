@@ -3,11 +3,14 @@ to end in tests/e2e/test_act_protocol_e2e.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service import act_protocol, server
+from service.acting import ActService
 from service.api.act import RawActHandler
 from service.server import serve_main
 
@@ -40,3 +43,22 @@ def test_serve_hands_the_protocol_to_uvicorn_unless_turned_off(monkeypatch, sett
         assert isinstance(http, type) and issubclass(http, HttpToolsProtocol)
     else:
         assert http == "auto"
+
+
+@pytest.mark.asyncio
+async def test_act_nowait_replies_even_when_building_the_response_fails(make_client, monkeypatch):
+    """The protocol has no task that would turn an exception into a 500: act_nowait must
+    reply on every outcome, or the client would wait for an answer that never comes."""
+    app, _ = make_client(("mlp",))
+    service = app.state.act_service
+    replies: asyncio.Queue = asyncio.Queue()
+
+    def broken_finish(self, accepted, output, info):
+        raise RuntimeError("encoder bug")
+
+    monkeypatch.setattr(ActService, "_finish", broken_finish)
+    service.act_nowait("mlp", None, b'{"observation": [0.1, -0.2, 0.3, 0.05]}',
+                       lambda payload, error: replies.put_nowait((payload, error)))
+    payload, error = await asyncio.wait_for(replies.get(), 5)
+    assert payload is None and error.status == 500 and error.code == "internal_error"
+    assert "RuntimeError" in error.message
