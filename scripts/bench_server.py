@@ -260,6 +260,19 @@ def minimal(c: int, rng) -> list[list[bytes]]:
     return [[_request("/", json.dumps({"observation": obs_row(rng)}).encode())] for _ in range(c)]
 
 
+# (key, label, request maker, server env; None = the minimal app instead of rlserve)
+SCENARIOS = [
+    ("minimal", "minimal ASGI app", minimal, None),
+    ("mlp", "MLP 256x256, 1 obs", mlp_single, {}),
+    ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
+    ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
+    ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
+    ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
+    ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
+]
+KEYS = [key for key, *_ in SCENARIOS]
+
+
 def main() -> None:
     import numpy as np
 
@@ -268,7 +281,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--only", nargs="+", default=None,
-                        choices=["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch", "asgi"])
+                        choices=KEYS)
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each point this many times and report the median req/s and, separately, "
                              "the median server CPU per request (the machine is shared)")
@@ -278,7 +291,7 @@ def main() -> None:
                              "(both servers up, A B then B A, ...) and print each pair's ratio: on a shared "
                              "machine load bursts move a whole scenario, and pairing cancels most of that")
     args = parser.parse_args()
-    wanted = set(args.only or ["minimal", "mlp", "lstm", "lstm_stateless", "batch64", "nobatch", "asgi"])
+    wanted = set(args.only or KEYS)
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     rng = np.random.default_rng(0)
 
@@ -290,16 +303,7 @@ def main() -> None:
         build_bundles(repo)
         print(f"bundles built in {time.time() - t0:.1f}s", flush=True)
         rows = []
-        scenarios = [
-            ("minimal", "minimal ASGI app", minimal, None),
-            ("mlp", "MLP 256x256, 1 obs", mlp_single, {}),
-            ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
-            ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
-            ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
-            ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
-            ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
-        ]
-        for key, label, make, env in scenarios:
+        for key, label, make, env in SCENARIOS:
             if key not in wanted:
                 continue
             proc, port = start_minimal(Path(tmp)) if env is None else start_rlserve(repo, {**extra_env, **env})
@@ -334,7 +338,7 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
            duration: float, warmup: float, rng) -> None:
     """The ratio targets from interleaved runs: both servers stay up and each round runs
     the two scenarios back to back (alternating which goes first)."""
-    makers = {"minimal": minimal, "mlp": mlp_single, "lstm": lstm_sessions, "lstm_stateless": lstm_stateless}
+    makers = {key: make for key, _, make, _ in SCENARIOS}
     minimal_proc, minimal_port = start_minimal(workdir)
     rlserve_proc, rlserve_port = start_rlserve(repo, extra_env)
     where = {key: (minimal_proc, minimal_port) if key == "minimal" else (rlserve_proc, rlserve_port)
