@@ -24,25 +24,25 @@ import gymnasium.spaces as gs
 import torch
 from torch import nn
 
-from models.config import merge_model_config
-from models.custom import get_custom_model, rllib_class_name
-from models.distributions import get_action_dist
-from models.networks.complex_input import (
+from rlserve.models.config import merge_model_config
+from rlserve.models.custom import get_custom_model, rllib_class_name
+from rlserve.models.distributions import get_action_dist
+from rlserve.models.networks.complex_input import (
     ComplexInputNetwork,
     components_for,
     preprocessor_leaf_shape,
 )
-from models.networks.fcnet import FullyConnectedNetwork
-from models.networks.policy import FeedForwardPolicy
-from models.networks.visionnet import VisionNetwork
-from models.preprocessors import get_preprocessor
+from rlserve.models.networks.fcnet import FullyConnectedNetwork
+from rlserve.models.networks.policy import FeedForwardPolicy
+from rlserve.models.networks.visionnet import VisionNetwork
+from rlserve.models.preprocessors import get_preprocessor
 
 __all__ = ["build_base_model", "build_model", "describe_model", "select_base_class"]
 
 # use_* flag -> (module, class) of the wrapper; imported lazily (they are optional extras).
 _WRAPPERS = {
-    "use_lstm": ("models.networks.lstm", "LSTMWrapper"),
-    "use_attention": ("models.networks.gtrxl", "AttentionWrapper"),
+    "use_lstm": ("rlserve.models.networks.lstm", "LSTMWrapper"),
+    "use_attention": ("rlserve.models.networks.gtrxl", "AttentionWrapper"),
 }
 
 

@@ -68,7 +68,7 @@ def get_custom_model(name_or_cls: str | type[nn.Module]) -> type[nn.Module]:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise UnknownCustomModelError(
             f"model_config.custom_model: {name_or_cls!r} is not registered{hint} "
-            f"(registered: {sorted(_REGISTRY)}); call models.custom.register_custom_model(name, cls) first"
+            f"(registered: {sorted(_REGISTRY)}); call rlserve.models.custom.register_custom_model(name, cls) first"
         ) from None
 
 
@@ -85,7 +85,7 @@ def _ensure_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from models.networks.action_mask import RLLIB_PATHS, ActionMaskModel
+    from rlserve.models.networks.action_mask import RLLIB_PATHS, ActionMaskModel
 
     for name in ("action_mask", *RLLIB_PATHS):
         _REGISTRY.setdefault(name, ActionMaskModel)

@@ -1,4 +1,4 @@
-"""RLlib's observation preprocessors (the implementation lives in ``models.preprocessing``).
+"""RLlib's observation preprocessors (the implementation lives in ``rlserve.models.preprocessing``).
 
 ``get_preprocessor(obs_space, model_config)`` returns a ``Preprocessor`` with
 ``transform`` (one observation), ``transform_batch`` (a list) and ``transform_columns``
@@ -6,5 +6,5 @@
 ``original_space``) and the leaf ``layout``. Torch-free.
 """
 
-from models.preprocessing import *  # noqa: F403
-from models.preprocessing import __all__  # noqa: F401
+from rlserve.models.preprocessing import *  # noqa: F403
+from rlserve.models.preprocessing import __all__  # noqa: F401

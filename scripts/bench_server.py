@@ -59,8 +59,8 @@ def build_bundles(repo: Path) -> None:
     import numpy as np
     import torch
 
-    from models.catalog import build_model
-    from models.export.exporter import export_bundle
+    from rlserve.models.catalog import build_model
+    from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
     obs = gs.Box(-1.0, 1.0, (16,), np.float32)
@@ -101,7 +101,7 @@ def wait_ready(port: int, path: str, proc: subprocess.Popen, timeout: float = 12
 def start_rlserve(repo: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RLSERVE_LOG_LEVEL": "warning", **env_extra}
-    code = "import sys; from service.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    code = "import sys; from rlserve.service.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "--repository", str(repo), "--port", str(port)], env=env)
     wait_ready(port, "/readyz", proc)
     return proc, port

@@ -33,8 +33,8 @@ from training.evaluate import average_return  # noqa: E402
 from training.nets import FCPolicy, LSTMPolicy  # noqa: E402
 from training.ppo import PPOConfig, train  # noqa: E402
 
-from models.spaces import space_from_json, space_to_json  # noqa: E402
-from service.envs import DEFAULT_POLICY_ENVS, make_env  # noqa: E402
+from rlserve.client.envs import DEFAULT_POLICY_ENVS, make_env  # noqa: E402
+from rlserve.models.spaces import space_from_json, space_to_json  # noqa: E402
 
 DEFAULT_SOURCES = SCRIPTS / "training" / "policies"
 DEFAULT_BUNDLES = REPO / "service" / "default_models"
@@ -130,8 +130,8 @@ def load_source(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
 
 def catalog_model(folder: Path) -> tuple[torch.nn.Module, dict]:
     """The eager model rlserve's catalog builds for the spec, with the weights imported."""
-    from models.catalog import build_model
-    from models.rllib_import import load_rllib_weights
+    from rlserve.models.catalog import build_model
+    from rlserve.models.rllib_import import load_rllib_weights
 
     doc, weights = load_source(folder)
     model = build_model(space_from_json(doc["observation_space"]), space_from_json(doc["action_space"]),
@@ -184,7 +184,7 @@ def evaluate(folder: Path, episodes: int) -> dict:
 
 
 def export(folder: Path, bundles: Path) -> Path:
-    from models.export.exporter import export_bundle
+    from rlserve.models.export.exporter import export_bundle
 
     model, doc = catalog_model(folder)
     target = bundles / folder.name

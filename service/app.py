@@ -12,26 +12,27 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.acting import ActService
-from service.api import act, admin, bodies, health, models, sessions
-from service.errors import (
+from rlserve.service.act.asgi import RawActHandler
+from rlserve.service.act.use_case import ActService
+from rlserve.service.api import act, admin, bodies, health, listing, sessions
+from rlserve.service.api.schemas import ErrorResponse
+from rlserve.service.errors import (
     BadRequest,
     InternalError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     ServiceError,
+    error_reply,
 )
-from service.metrics import Metrics
-from service.registry import ModelRegistry
-from service.schemas import ErrorResponse
-from service.settings import Settings
+from rlserve.service.serving.metrics import Metrics
+from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.app")
 
@@ -41,7 +42,7 @@ DEFAULT_MODELS = Path(__file__).resolve().parent / "default_models"
 class RLServeApp(FastAPI):
     """FastAPI plus a pre-router dispatch of the act routes to ``RawActHandler``."""
 
-    raw_act: act.RawActHandler | None = None
+    raw_act: RawActHandler | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         handler = self.raw_act
@@ -73,8 +74,8 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.act_service = service
     app.state.shutting_down = False
     if settings.fast_act_path:
-        app.raw_act = act.RawActHandler(service, metrics, settings.max_body_bytes)
-    for router in (health.router, act.router, models.router, sessions.router, admin.router):
+        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes)
+    for router in (health.router, act.router, listing.router, sessions.router, admin.router):
         app.include_router(router)
     _install_error_handlers(app, metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -116,21 +117,22 @@ async def _sweep_sessions(app: RLServeApp) -> None:
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
-    def respond(exc: ServiceError) -> JSONResponse:
-        metrics.error(exc.code, exc.status)
-        return JSONResponse(exc.to_json(), status_code=exc.status, headers=exc.headers or None)
+    def respond(exc: ServiceError) -> Response:
+        status, body, headers = error_reply(exc, metrics)
+        return Response(body, status_code=status, media_type="application/json",
+                        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers} or None)
 
     @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+    async def _service_error(request: Request, exc: ServiceError) -> Response:
         return respond(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
         # The project's 400 (dotted field path, expected, received), never FastAPI's 422 list.
         return respond(bodies.bad_request(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
             return respond(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
@@ -144,7 +146,7 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         return respond(error)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return respond(InternalError(f"internal error: {type(exc).__name__}"))
 

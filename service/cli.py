@@ -11,10 +11,10 @@ import sys
 
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, function, one-line help)
-    "serve": ("service.server", "serve_main", "run the HTTP service on a model repository"),
-    "export": ("models.export.cli", "export_main", "export an RLlib policy to a bundle"),
-    "inspect": ("models.export.cli", "inspect_main", "print a bundle's manifest"),
-    "demo": ("service.demo", "demo_main", "play episodes against a running service"),
+    "serve": ("rlserve.service.server", "serve_main", "run the HTTP service on a model repository"),
+    "export": ("rlserve.models.export.cli", "export_main", "export an RLlib policy to a bundle"),
+    "inspect": ("rlserve.models.export.cli", "inspect_main", "print a bundle's manifest"),
+    "demo": ("rlserve.client.demo", "demo_main", "play episodes against a running service"),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -188,6 +188,23 @@ class BatchFailed(ServiceError):
     """The runtime call of a batch raised; only that batch's requests see this."""
 
     status, code = 500, "batch_failed"
+
+
+class ErrorCounter(Protocol):
+    def error(self, code: str, status: int) -> None: ...
+
+
+def error_reply(exc: ServiceError, counter: ErrorCounter | None = None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """The one mapping of an error to a response: (status, JSON body, headers besides
+    content-type), counted in the error metrics. Every route and both act paths use it."""
+    if counter is not None:
+        counter.error(exc.code, exc.status)
+    return exc.status, exc.body(), [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in exc.headers.items()]
+
+
+def body_too_large(size: int, limit: int) -> PayloadTooLarge:
+    """The 413 for a body (or its declared length) past ``limit`` bytes."""
+    return PayloadTooLarge(f"request body exceeds {limit} bytes", expected=limit, received=size)
 
 
 def summarize_received(value: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.settings import Settings
+from rlserve.service.settings import Settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
-    from service.app import create_app
+    from rlserve.service.app import create_app
 
     app = create_app(settings)
     # Everything allocated so far (frameworks, models) lives for the whole process; moving
@@ -49,7 +49,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     gc.freeze()
     http: Any = "auto"
     if settings.act_protocol and app.raw_act is not None:
-        from service.act_protocol import act_protocol_class
+        from rlserve.service.act.protocol import act_protocol_class
 
         http = act_protocol_class(app.raw_act) or "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.export.bundle import (
+from rlserve.models.export.bundle import (
     Bundle,
     BundleError,
     Manifest,
@@ -32,7 +32,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "export_bundle":
-        from models.export.exporter import export_bundle
+        from rlserve.models.export.exporter import export_bundle
 
         return export_bundle
-    raise AttributeError(f"module 'models.export' has no attribute {name!r}")
+    raise AttributeError(f"module 'rlserve.models.export' has no attribute {name!r}")

@@ -14,7 +14,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from models.export.errors import BundleError
+from rlserve.models.export.errors import BundleError
 
 ARCHIVE_SUFFIX = ".rlsb"
 # A plain file name: no separators, no leading dot (so neither '.' nor '..').
@@ -39,7 +39,7 @@ def pack_bundle(bundle_dir: str | os.PathLike[str], archive_path: str | os.PathL
     packed. Members are written in a fixed order with zeroed owner and time fields, so the
     same bundle packs to the same bytes. The archive appears atomically (temp + rename).
     """
-    from models.export.bundle import MANIFEST_NAME, load_bundle
+    from rlserve.models.export.bundle import MANIFEST_NAME, load_bundle
 
     bundle = load_bundle(bundle_dir)
     archive_path = Path(archive_path)

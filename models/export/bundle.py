@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from models.export.archive import check_plain_name, pack_bundle, unpack_bundle
-from models.export.errors import BundleError
-from models.export.verify import compare_outputs
-from models.interface import ModelSignature
+from rlserve.models.export.archive import check_plain_name, pack_bundle, unpack_bundle
+from rlserve.models.export.errors import BundleError
+from rlserve.models.export.verify import compare_outputs
+from rlserve.models.interface import ModelSignature
 
 __all__ = [
     "FORMAT_VERSION",
@@ -147,13 +147,13 @@ class Manifest:
 
     @property
     def observation_space(self):  # -> gymnasium.Space
-        from models.spaces import space_from_json
+        from rlserve.models.spaces import space_from_json
 
         return space_from_json(self.data["observation_space"])
 
     @property
     def action_space(self):  # -> gymnasium.Space
-        from models.spaces import space_from_json
+        from rlserve.models.spaces import space_from_json
 
         return space_from_json(self.data["action_space"])
 

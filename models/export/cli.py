@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from models.export.errors import BundleError
+from rlserve.models.export.errors import BundleError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -37,7 +37,7 @@ def _export_parser() -> argparse.ArgumentParser:
     src = p.add_argument_group("what to export")
     src.add_argument("--spec", type=Path, help="one JSON file with observation_space, action_space, "
                      "model_config (or model_config_overrides) and optionally action_dist (a fixture case.json)")
-    src.add_argument("--obs-space", type=Path, help="observation space JSON (models.spaces schema)")
+    src.add_argument("--obs-space", type=Path, help="observation space JSON (rlserve.models.spaces schema)")
     src.add_argument("--action-space", type=Path, help="action space JSON")
     src.add_argument("--config", type=Path, help="model config JSON (overrides of MODEL_DEFAULTS or a full config)")
     src.add_argument("--weights", type=Path, required=True, help="RLlib state_dict as .npz (names as RLlib's), or an RLlib checkpoint "
@@ -88,8 +88,8 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
     filter_state = _read_filter(args.filter) if args.filter else None
     progress("building the model")
     model = _build_model(spec, args.weights)
-    from models.export.describe import describe_action_dist
-    from models.export.exporter import export_bundle
+    from rlserve.models.export.describe import describe_action_dist
+    from rlserve.models.export.exporter import export_bundle
 
     try:
         dist = describe_action_dist(spec.action_space, spec.model_config, spec.rllib_dist)
@@ -104,7 +104,7 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
         raise InputError(str(exc)) from exc
     archive = None
     if args.archive:
-        from models.export.bundle import pack_bundle
+        from rlserve.models.export.bundle import pack_bundle
 
         progress("packing the archive")
         archive = pack_bundle(bundle.root, args.out.with_name(args.out.name + ".rlsb"))
@@ -123,8 +123,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _read_spec(args: argparse.Namespace) -> ExportSpec:
-    from models.config import merge_model_config
-    from models.spaces import space_from_json
+    from rlserve.models.config import merge_model_config
+    from rlserve.models.spaces import space_from_json
 
     separate = [args.obs_space, args.action_space, args.config]
     if args.spec is not None:
@@ -163,7 +163,7 @@ def _read_filter(path: Path) -> dict[str, Any] | None:
 
     A ``NoFilter`` state is stored as no filter at all.
     """
-    from models.filters import filter_from_state
+    from rlserve.models.filters import filter_from_state
 
     data = _read_json(path, "--filter")
     if not isinstance(data, Mapping):
@@ -176,8 +176,8 @@ def _read_filter(path: Path) -> dict[str, Any] | None:
 
 
 def _build_model(spec: ExportSpec, weights: Path):
-    from models.catalog import build_model
-    from models.rllib_import import load_rllib_weights, read_weights_file
+    from rlserve.models.catalog import build_model
+    from rlserve.models.rllib_import import load_rllib_weights, read_weights_file
 
     try:
         model = build_model(spec.obs_space, spec.action_space, spec.model_config)
@@ -233,8 +233,8 @@ def _inspect_parser() -> argparse.ArgumentParser:
 
 def inspect_main(argv: list[str]) -> int:
     args = _inspect_parser().parse_args(argv)
-    from models.export.bundle import load_bundle
-    from models.export.report import format_manifest
+    from rlserve.models.export.bundle import load_bundle
+    from rlserve.models.export.report import format_manifest
 
     try:
         bundle = load_bundle(args.bundle, verify_checksums=not args.no_verify)

@@ -24,7 +24,7 @@ def describe_action_dist(
     case.json records it), the named class is used, as RLlib's ``dist_type`` would: that is
     how SAC/DDPG policies get SquashedGaussian/Deterministic on a Box action space.
     """
-    from models.distributions import get_action_dist
+    from rlserve.models.distributions import get_action_dist
 
     config = dict(model_config)
     spec = get_action_dist(action_space, config)
@@ -51,7 +51,7 @@ def describe_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> di
 
 
 def get_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> Any:
-    from models.preprocessors import get_preprocessor as build
+    from rlserve.models.preprocessors import get_preprocessor as build
 
     return build(obs_space, dict(model_config))
 
@@ -59,7 +59,7 @@ def get_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> Any:
 def check_preprocessor(manifest_preprocessor: Mapping[str, Any], prep: Any) -> None:
     """Raise ``BundleError`` unless ``prep`` (rebuilt by the server from the manifest's
     observation space and model config) is the preprocessor the exporter recorded."""
-    from models.export.errors import BundleError
+    from rlserve.models.export.errors import BundleError
 
     recorded = dict(manifest_preprocessor)
     rebuilt = {

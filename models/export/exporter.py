@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from models.export.bundle import (
+from rlserve.models.export.bundle import (
     FORMAT,
     FORMAT_VERSION,
     Bundle,
@@ -31,13 +31,13 @@ from models.export.bundle import (
     load_bundle,
     write_manifest,
 )
-from models.export.describe import describe_action_dist, describe_preprocessor
-from models.export.onnx import export_onnx, onnx_runner
-from models.export.reference import make_reference_inputs
-from models.export.torchscript import export_torchscript, torchscript_runner
-from models.export.verify import compare_outputs
-from models.interface import ModelSignature
-from models.spaces import space_to_json
+from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
+from rlserve.models.export.onnx import export_onnx, onnx_runner
+from rlserve.models.export.reference import make_reference_inputs
+from rlserve.models.export.torchscript import export_torchscript, torchscript_runner
+from rlserve.models.export.verify import compare_outputs
+from rlserve.models.interface import ModelSignature
+from rlserve.models.spaces import space_to_json
 
 FORMATS = ("onnx", "torchscript")
 _FILES = {"onnx": "model.onnx", "torchscript": "model.ts"}
@@ -69,7 +69,7 @@ def export_bundle(
     action_dist: Mapping[str, Any] | None = None,
     preprocessor: Mapping[str, Any] | None = None,
 ) -> Bundle:
-    """Export ``model`` (the uniform contract of ``models.interface``) to ``out_dir``.
+    """Export ``model`` (the uniform contract of ``rlserve.models.interface``) to ``out_dir``.
 
     ``reference_batch`` maps input name -> (B, ...) array (default: drawn from the spaces).
     ``action_dist``/``preprocessor`` override the descriptions derived from the spaces and

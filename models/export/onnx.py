@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.interface import ModelSignature
+from rlserve.models.interface import ModelSignature
 
 OPSET = 18  # LayerNorm needs >= 17; 18 is supported by every onnxruntime >= 1.14.
 EXPORTER = "torch.onnx.export(dynamo=True)"

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.interface import ModelSignature
-from models.spaces import Simplex
+from rlserve.models.interface import ModelSignature
+from rlserve.models.spaces import Simplex
 
 
 def make_reference_inputs(
@@ -72,7 +72,7 @@ def _preprocessed_samples(
     to N(0, 1) noise, which still checks the runtimes against eager torch.
     """
     try:
-        from models.export.describe import get_preprocessor
+        from rlserve.models.export.describe import get_preprocessor
 
         prep = get_preprocessor(obs_space, model_config)
     except (ImportError, ValueError, NotImplementedError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.export.bundle import Bundle
+from rlserve.models.export.bundle import Bundle
 
 _SEP = "-" * 72
 
@@ -43,7 +43,7 @@ def _header(bundle: Bundle, verified: bool) -> str:
 
 
 def _spaces(data: dict[str, Any]) -> str:
-    from models.spaces import space_from_json
+    from rlserve.models.spaces import space_from_json
 
     lines = []
     for key, label in (("observation_space", "observation space"), ("action_space", "action space")):
@@ -79,7 +79,7 @@ def _dist(data: dict[str, Any]) -> str:
 
 def _config_diff(config: dict[str, Any]) -> str:
     try:
-        from models.config import MODEL_DEFAULTS
+        from rlserve.models.config import MODEL_DEFAULTS
     except ImportError:  # pragma: no cover - config ships with models
         MODEL_DEFAULTS = {}
     changed = {k: v for k, v in config.items() if MODEL_DEFAULTS.get(k, object()) != v}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from models.export.errors import BundleError
+from rlserve.models.export.errors import BundleError
 
 
 def compare_outputs(

@@ -16,9 +16,9 @@ import gymnasium.spaces as gs
 import torch
 from torch import nn
 
-from models.networks.common import flat_size
-from models.networks.complex_input import leaf_slices, preprocessor_leaf_shape
-from models.networks.fcnet import FullyConnectedNetwork
+from rlserve.models.networks.common import flat_size
+from rlserve.models.networks.complex_input import leaf_slices, preprocessor_leaf_shape
+from rlserve.models.networks.fcnet import FullyConnectedNetwork
 
 # RLlib's FLOAT_MIN (float32 min rounded); masked logits equal this plus the raw logit.
 FLOAT_MIN = -3.4e38

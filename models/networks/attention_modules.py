@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.networks.common import SlimFC
+from rlserve.models.networks.common import SlimFC
 
 
 def sinusoid_inverse_freq(dim: int) -> torch.Tensor:

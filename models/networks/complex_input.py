@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.networks.common import SlimFC, flat_size, normc_initializer
-from models.networks.fcnet import FullyConnectedNetwork, obs_shape_of
-from models.networks.visionnet import VisionNetwork
+from rlserve.models.networks.common import SlimFC, flat_size, normc_initializer
+from rlserve.models.networks.fcnet import FullyConnectedNetwork, obs_shape_of
+from rlserve.models.networks.visionnet import VisionNetwork
 
 IMAGE, ONE_HOT, FLATTEN = "image", "one_hot", "flatten"
 # ModuleDict attribute and RLlib's alias stem per component kind.
@@ -66,7 +66,7 @@ def plain_leaf_shape(space: gs.Space) -> tuple[int, ...]:
         return tuple(int(d) for d in space.shape)
     raise ValueError(
         f"ComplexInputNetwork: cannot infer the flat layout of a {type(space).__name__} leaf; "
-        "build it through models.catalog.build_model (which passes the preprocessor's shapes)"
+        "build it through rlserve.models.catalog.build_model (which passes the preprocessor's shapes)"
     )
 
 
@@ -105,7 +105,7 @@ def preprocessor_leaf_shape(model_config: Mapping[str, Any]) -> LeafShape:
     """Leaf shape as the catalog's preprocessor emits it (one-hot, Atari pixels, Repeated...)."""
 
     def shape(space: gs.Space) -> tuple[int, ...]:
-        from models.preprocessors import get_preprocessor
+        from rlserve.models.preprocessors import get_preprocessor
 
         return tuple(int(d) for d in get_preprocessor(space, model_config).output_shape)
 

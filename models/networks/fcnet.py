@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.networks.common import (
+from rlserve.models.networks.common import (
     AppendBiasLayer,
     SlimFC,
     activation_class,

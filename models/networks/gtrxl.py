@@ -19,17 +19,17 @@ import gymnasium.spaces as gs
 import torch
 from torch import nn
 
-from models.interface import ModelSignature, PrevSpec, StateSpec
-from models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
-from models.networks.common import SlimFC, num_outputs_of
-from models.networks.wrapper_inputs import (
+from rlserve.models.interface import ModelSignature, PrevSpec, StateSpec
+from rlserve.models.networks.attention_modules import GatedAttentionSkip, GatedMLPSkip
+from rlserve.models.networks.common import SlimFC, num_outputs_of
+from rlserve.models.networks.wrapper_inputs import (
     PrevActionEncoder,
     base_features,
     non_negative_int,
     positive_int,
     shadow_base_value_head,
 )
-from models.spaces import shape_of
+from rlserve.models.spaces import shape_of
 
 
 class GTrXLCore(nn.Module):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from models.interface import ModelSignature
-from models.networks.common import num_outputs_of
+from rlserve.models.interface import ModelSignature
+from rlserve.models.networks.common import num_outputs_of
 
 
 class FeedForwardPolicy(nn.Module):

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.networks.common import (
+from rlserve.models.networks.common import (
     SlimConv2d,
     SlimFC,
     normc_initializer,
     same_padding,
     valid_conv_size,
 )
-from models.networks.fcnet import obs_shape_of
+from rlserve.models.networks.fcnet import obs_shape_of
 
 Filter = tuple[int, Any, Any]  # (out_channels, kernel, stride); kernel/stride an int or [h, w]
 

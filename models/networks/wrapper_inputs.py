@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.spaces import Simplex, shape_of
+from rlserve.models.spaces import Simplex, shape_of
 
 
 def positive_int(cfg: dict[str, Any], key: str) -> int:

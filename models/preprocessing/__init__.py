@@ -1,16 +1,24 @@
 """RLlib's observation preprocessors, torch-free (see ``factory.get_preprocessor``)."""
 
-from models.preprocessing.base import LeafSpec, Preprocessor
-from models.preprocessing.containers import (
+from rlserve.models.preprocessing.base import LeafSpec, Preprocessor
+from rlserve.models.preprocessing.containers import (
     DictFlatteningPreprocessor,
     RepeatedValuesPreprocessor,
     TupleFlatteningPreprocessor,
 )
-from models.preprocessing.errors import ObservationError, describe_space, describe_value
-from models.preprocessing.factory import ATARI_RAM_OBS_SHAPE, get_preprocessor, preprocessor_options
-from models.preprocessing.leaves import AtariRamPreprocessor, NoPreprocessor, OneHotPreprocessor
-from models.preprocessing.pixels import ATARI_OBS_SHAPE, GenericPixelPreprocessor
-from models.preprocessing.resize import resize_area
+from rlserve.models.preprocessing.errors import ObservationError, describe_space, describe_value
+from rlserve.models.preprocessing.factory import (
+    ATARI_RAM_OBS_SHAPE,
+    get_preprocessor,
+    preprocessor_options,
+)
+from rlserve.models.preprocessing.leaves import (
+    AtariRamPreprocessor,
+    NoPreprocessor,
+    OneHotPreprocessor,
+)
+from rlserve.models.preprocessing.pixels import ATARI_OBS_SHAPE, GenericPixelPreprocessor
+from rlserve.models.preprocessing.resize import resize_area
 
 __all__ = [
     "ATARI_OBS_SHAPE",

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.preprocessing.errors import ObservationError
+from rlserve.models.preprocessing.errors import ObservationError
 
 __all__ = ["Label", "LeafSpec", "Preprocessor", "join_key", "layout_path"]
 

@@ -16,8 +16,8 @@ from typing import Any, cast
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.preprocessing.base import Label, LeafSpec, Preprocessor, join_key, layout_path
-from models.preprocessing.errors import ObservationError, describe_space, describe_value
+from rlserve.models.preprocessing.base import Label, LeafSpec, Preprocessor, join_key, layout_path
+from rlserve.models.preprocessing.errors import ObservationError, describe_space, describe_value
 
 __all__ = ["DictFlatteningPreprocessor", "RepeatedValuesPreprocessor", "TupleFlatteningPreprocessor"]
 

@@ -27,7 +27,7 @@ class ObservationError(ValueError):
 def describe_space(space: gs.Space) -> str:
     """A short, human description of a space (not its full repr: bounds can be huge)."""
     # Imported here: spaces.py is a sibling module that does not need this one.
-    from models.spaces import Repeated, Simplex
+    from rlserve.models.spaces import Repeated, Simplex
 
     if isinstance(space, gs.Discrete):
         start = int(space.start)

@@ -21,15 +21,19 @@ from typing import Any
 
 from gymnasium import spaces as gs
 
-from models.preprocessing.base import Preprocessor
-from models.preprocessing.containers import (
+from rlserve.models.preprocessing.base import Preprocessor
+from rlserve.models.preprocessing.containers import (
     DictFlatteningPreprocessor,
     RepeatedValuesPreprocessor,
     TupleFlatteningPreprocessor,
 )
-from models.preprocessing.leaves import AtariRamPreprocessor, NoPreprocessor, OneHotPreprocessor
-from models.preprocessing.pixels import ATARI_OBS_SHAPE, GenericPixelPreprocessor
-from models.spaces import Repeated, Simplex
+from rlserve.models.preprocessing.leaves import (
+    AtariRamPreprocessor,
+    NoPreprocessor,
+    OneHotPreprocessor,
+)
+from rlserve.models.preprocessing.pixels import ATARI_OBS_SHAPE, GenericPixelPreprocessor
+from rlserve.models.spaces import Repeated, Simplex
 
 __all__ = ["build_preprocessor", "get_preprocessor", "preprocessor_options"]
 
@@ -47,7 +51,7 @@ def get_preprocessor(space: gs.Space, model_config: Mapping[str, Any] | None = N
     """The preprocessor RLlib would build for ``space`` under ``model_config``.
 
     Only ``dim``, ``grayscale`` and ``zero_mean`` are read (defaults 84, False, True);
-    validating the rest of the config is ``models.config``'s job.
+    validating the rest of the config is ``rlserve.models.config``'s job.
     """
     return build_preprocessor(space, preprocessor_options(model_config))
 

@@ -13,9 +13,9 @@ from typing import Any, ClassVar, cast
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.preprocessing.base import Label, LeafSpec, Preprocessor, layout_path
-from models.preprocessing.errors import ObservationError, describe_space, describe_value
-from models.spaces import shape_of
+from rlserve.models.preprocessing.base import Label, LeafSpec, Preprocessor, layout_path
+from rlserve.models.preprocessing.errors import ObservationError, describe_space, describe_value
+from rlserve.models.spaces import shape_of
 
 __all__ = [
     "AtariRamPreprocessor",

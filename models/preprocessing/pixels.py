@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.preprocessing.leaves import LeafPreprocessor
-from models.preprocessing.resize import resize_area
+from rlserve.models.preprocessing.leaves import LeafPreprocessor
+from rlserve.models.preprocessing.resize import resize_area
 
 __all__ = ["ATARI_OBS_SHAPE", "GenericPixelPreprocessor"]
 

@@ -1,6 +1,6 @@
 """Training-side torch modules whose ``state_dict()`` keys and math equal RLlib's catalog.
 
-The trained weights are later loaded into ``models.catalog.build_model`` (and into RLlib
+The trained weights are later loaded into ``rlserve.models.catalog.build_model`` (and into RLlib
 itself), so parameter names, shapes and the forward pass must match RLlib's old-stack
 ``FullyConnectedNetwork`` and its ``LSTMWrapper`` exactly; only the initialisation is ours.
 """

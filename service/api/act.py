@@ -1,92 +1,21 @@
-"""The act routes: a raw ASGI hot path plus the FastAPI routes that document it.
+"""The documented act routes: the same endpoints as the raw ASGI handler, for OpenAPI.
 
-FastAPI's routing, dependency and response machinery costs ~200 us per request, more
-than a small policy's whole step. ``RawActHandler`` answers ``POST /v1/models/{name}/act``
-and ``POST /v1/models/{name}/versions/{version}/act`` straight from the ASGI scope with
-msgspec; the app dispatches to it before FastAPI's router. The FastAPI routes below are
-the same endpoints for OpenAPI (and serve them when the hot path is turned off); both
-call ``ActService.act``.
+``rlserve.service.act.asgi.RawActHandler`` (or the act protocol) answers these paths before
+FastAPI's router sees them; these routes serve them only when the hot path is turned off.
+Their schemas come from the msgspec structs of ``rlserve.service.act.wire``.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 from typing import Any
 
 import msgspec
 from fastapi import APIRouter, Request, Response
 
-from service.acting import ActService
-from service.api.bodies import body_limit, read_body
-from service.errors import PayloadTooLarge, ServiceError, as_service_error
-from service.metrics import Metrics
-from service.wire import ActRequest, ActResponse
+from rlserve.service.act.use_case import ActService
+from rlserve.service.act.wire import ActRequest, ActResponse
+from rlserve.service.api.bodies import body_limit, read_body
 
-log = logging.getLogger("rlserve.api")
-
-ACT_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/act$")
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-
-
-class RawActHandler:
-    """ASGI callable for the act routes; ``match(scope)`` says whether it applies."""
-
-    def __init__(self, service: ActService, metrics: Metrics | None, max_body_bytes: int):
-        self.service = service
-        self.metrics = metrics
-        self.max_body_bytes = max_body_bytes
-
-    @staticmethod
-    def match(scope: dict[str, Any]) -> re.Match[str] | None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return None
-        path = scope["path"]
-        if not path.endswith("/act"):
-            return None
-        return ACT_PATH.match(path)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
-        try:
-            message = await receive()
-            body = message.get("body", b"")
-            if message.get("more_body", False) or len(body) > self.max_body_bytes:
-                body = await self._read_rest(receive, message, body)
-            payload = await self.service.act(match["name"], match["version"], body)
-            status, headers = 200, _JSON_HEADERS
-        except Exception as exc:  # never let one request take the worker down
-            status, payload, extra = error_response(as_service_error(exc, log, "act failed"), self.metrics)
-            headers = _JSON_HEADERS + extra
-        headers = [*headers, (b"content-length", b"%d" % len(payload))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
-
-    async def _read_rest(self, receive: Any, message: dict[str, Any], body: bytes) -> bytes:
-        """The rest of a body that came in several messages (or the first one was too big)."""
-        chunks = [body]
-        size = len(body)
-        while True:
-            if size > self.max_body_bytes:
-                raise PayloadTooLarge(f"request body exceeds {self.max_body_bytes} bytes",
-                                      expected=self.max_body_bytes, received=size)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            chunks.append(chunk)
-
-
-
-def error_response(exc: ServiceError, metrics: Metrics | None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """(status, JSON body, headers besides content-type) for a refused act request,
-    counted in the error metrics. Shared with ``service.act_protocol``."""
-    if metrics is not None:
-        metrics.error(exc.code, exc.status)
-    return exc.status, exc.body(), [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
-
-
-# --------------------------------------------------------------------------- documented routes
 
 def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     (request, response), components = msgspec.json.schema_components(

@@ -16,18 +16,19 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from service.api.bodies import body_limit, parse_json, read_body, validate
-from service.errors import (
+from rlserve.service.act.body import body_chunks
+from rlserve.service.api.bodies import body_limit, parse_json, read_body, validate
+from rlserve.service.api.schemas import Loaded, LoadFromPath, Unloaded
+from rlserve.service.errors import (
     AdminDisabled,
     BadRequest,
     BundleInvalid,
     Forbidden,
     PathOutsideRepository,
-    PayloadTooLarge,
     Unauthorized,
 )
-from service.registry import ARCHIVE_SUFFIX, ModelRegistry, load_policy
-from service.schemas import Loaded, LoadFromPath, Unloaded
+from rlserve.service.serving.loading import ARCHIVE_SUFFIX, load_policy
+from rlserve.service.serving.registry import ModelRegistry
 
 
 def require_admin(request: Request) -> None:
@@ -109,10 +110,8 @@ async def _load_upload(request: Request):
     try:
         size = 0
         with os.fdopen(fd, "wb") as fh:
-            async for chunk in request.stream():
+            async for chunk in body_chunks(request.receive, limit, declared=request.headers.get("content-length")):
                 size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(f"archive exceeds {limit} bytes", expected=limit, received=size)
                 fh.write(chunk)
         if size == 0:
             raise BadRequest("empty archive upload", field="body")

@@ -1,6 +1,6 @@
 """Reading the small JSON bodies of the non-act routes (sessions, admin load) safely.
 
-The act routes decode with msgspec (``service.wire``); these routes parse with the standard
+The act routes decode with msgspec (``rlserve.service.act.wire``); these routes parse with the standard
 library and validate with pydantic, and every way that can fail becomes the project's
 error JSON: 413 ``payload_too_large`` past the limit, 400 ``invalid_json`` for a body that
 is not JSON (invalid UTF-8, NaN tokens, nesting past the recursion limit, integers over
@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from service.errors import BadRequest, InvalidJSON, PayloadTooLarge
+from rlserve.service.act.body import read_body as read_asgi_body
+from rlserve.service.errors import BadRequest, InvalidJSON
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,17 +31,8 @@ def body_limit(request: Request) -> int:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body; 413 as soon as it (or its declared length) passes ``limit``."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body exceeds {limit} bytes", expected=limit, received=int(declared))
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes", expected=limit, received=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The whole body of a routed request, with the one bound every route shares."""
+    return await read_asgi_body(request.receive, limit, declared=request.headers.get("content-length"))
 
 
 def _reject_constant(token: str) -> Any:

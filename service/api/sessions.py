@@ -10,12 +10,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from service.api.bodies import read_model
-from service.errors import SessionConflict
-from service.policy import Policy
-from service.registry import ModelRegistry
-from service.schemas import CreateSession, SessionInfo
-from service.sessions import Session
+from rlserve.service.api.bodies import read_model
+from rlserve.service.api.schemas import CreateSession, SessionInfo
+from rlserve.service.errors import SessionConflict
+from rlserve.service.serving.policy import Policy
+from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.sessions.store import Session
 
 router = APIRouter(tags=["sessions"])
 

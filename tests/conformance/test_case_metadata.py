@@ -22,11 +22,11 @@ import torch
 from oracle import OracleCase, case_names, load_case, oracle_dir
 
 from conformance.keys_checked import mark_fields
-from models.catalog import build_model
-from models.config import merge_model_config
-from models.networks.visionnet import VisionNetwork
-from models.rllib_import import load_rllib_weights, rllib_key_candidates
-from models.spaces import space_from_json
+from rlserve.models.catalog import build_model
+from rlserve.models.config import merge_model_config
+from rlserve.models.networks.visionnet import VisionNetwork
+from rlserve.models.rllib_import import load_rllib_weights, rllib_key_candidates
+from rlserve.models.spaces import space_from_json
 
 
 def _model_case_names() -> list[str]:

@@ -23,21 +23,21 @@ from oracle import (
 )
 
 from conformance.keys_checked import mark_fields, mark_io
-from models.distributions import (
+from rlserve.models.distributions import (
     ActionDistSpec,
     DistributionError,
     get_action_dist,
 )
-from models.distributions.actions import flatten_actions
-from models.distributions.masking import apply_action_mask
-from models.distributions.structure import (
+from rlserve.models.distributions.actions import flatten_actions
+from rlserve.models.distributions.masking import apply_action_mask
+from rlserve.models.distributions.structure import (
     flatten_leaves,
     leaf_paths,
     leaf_spaces,
     path_str,
     unflatten_leaves,
 )
-from models.spaces import space_from_json
+from rlserve.models.spaces import space_from_json
 
 # RLlib's catalog yields these only when the algorithm asks for them (dist_type), e.g.
 # SAC's SquashedGaussian, DDPG's Deterministic; a case recording one was built that way.

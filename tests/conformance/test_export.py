@@ -23,11 +23,11 @@ from oracle import (
     select_cases,
 )
 
-from models.config import merge_model_config
-from models.export.bundle import Bundle, load_bundle
-from models.export.onnx import onnx_runner
-from models.export.torchscript import torchscript_runner
-from models.spaces import space_from_json
+from rlserve.models.config import merge_model_config
+from rlserve.models.export.bundle import Bundle, load_bundle
+from rlserve.models.export.onnx import onnx_runner
+from rlserve.models.export.torchscript import torchscript_runner
+from rlserve.models.spaces import space_from_json
 
 RUNTIMES = ("onnx", "torchscript")
 
@@ -50,10 +50,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _export_case(case: OracleCase, tmp: Path) -> Bundle:
-    from models.catalog import build_model
-    from models.export.describe import describe_action_dist
-    from models.export.exporter import export_bundle
-    from models.rllib_import import load_rllib_weights
+    from rlserve.models.catalog import build_model
+    from rlserve.models.export.describe import describe_action_dist
+    from rlserve.models.export.exporter import export_bundle
+    from rlserve.models.rllib_import import load_rllib_weights
 
     torch.set_num_threads(1)
     obs_space = space_from_json(case.meta["observation_space"])

@@ -19,7 +19,7 @@ from oracle import (
 )
 
 from conformance.keys_checked import mark_fields, mark_io
-from models.filters import MeanStdFilter
+from rlserve.models.filters import MeanStdFilter
 
 
 def _filter_case_names() -> list[str]:

@@ -19,11 +19,11 @@ from oracle import (
 )
 
 from conformance.keys_checked import mark_fields, mark_io
-from models.catalog import build_model, describe_model
-from models.config import merge_model_config
-from models.distributions import get_action_dist
-from models.rllib_import import load_rllib_weights
-from models.spaces import space_from_json
+from rlserve.models.catalog import build_model, describe_model
+from rlserve.models.config import merge_model_config
+from rlserve.models.distributions import get_action_dist
+from rlserve.models.rllib_import import load_rllib_weights
+from rlserve.models.spaces import space_from_json
 
 KIND = "feedforward"
 # Vision logits reach ~100 and sum thousands of products; RLlib's own MKL kernels differ

@@ -22,8 +22,8 @@ from oracle import (
 from unit.space_catalog import row_from_columns
 
 from conformance.keys_checked import mark_fields, mark_io
-from models.preprocessors import get_preprocessor
-from models.spaces import space_from_json, space_to_json
+from rlserve.models.preprocessors import get_preprocessor
+from rlserve.models.spaces import space_from_json, space_to_json
 
 
 def _obs_case_names() -> list[str]:

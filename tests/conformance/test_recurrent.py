@@ -17,9 +17,9 @@ import torch
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
 from conformance.keys_checked import mark_fields, mark_io
-from models.catalog import build_model, describe_model
-from models.rllib_import import load_rllib_weights
-from models.spaces import space_from_json
+from rlserve.models.catalog import build_model, describe_model
+from rlserve.models.rllib_import import load_rllib_weights
+from rlserve.models.spaces import space_from_json
 
 RECURRENT_KINDS = ("lstm", "attention")
 ATOL = 1e-5

@@ -3,8 +3,8 @@
 A recurrent case records, per step, the action RLlib sampled (``actions_taken``) and the
 reward that followed (``rewards``): they become the next step's ``prev_actions`` /
 ``prev_rewards`` (windows, oldest first, for attention). The server never receives those
-windows; it keeps them in ``service.slabs.SessionSlabs``. Here the slabs are driven the
-way ``service.policy`` drives them (reset at the episode start, report the last step's
+windows; it keeps them in ``rlserve.service.sessions.slabs.SessionSlabs``. Here the slabs are driven the
+way ``rlserve.service.step.batch`` drives them (reset at the episode start, report the last step's
 reward, gather, run the model, scatter the new state and the flattened sampled action) and
 every gathered input must equal what RLlib fed at that step, state included.
 """
@@ -19,12 +19,12 @@ import torch
 from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
 
 from conformance.keys_checked import mark_io
-from models.catalog import build_model
-from models.distributions.actions import flatten_actions
-from models.distributions.structure import leaf_paths, path_str, unflatten_leaves
-from models.rllib_import import load_rllib_weights
-from models.spaces import space_from_json
-from service.slabs import SessionSlabs
+from rlserve.models.catalog import build_model
+from rlserve.models.distributions.actions import flatten_actions
+from rlserve.models.distributions.structure import leaf_paths, path_str, unflatten_leaves
+from rlserve.models.rllib_import import load_rllib_weights
+from rlserve.models.spaces import space_from_json
+from rlserve.service.sessions.slabs import SessionSlabs
 
 
 def _recurrent_names() -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium.spaces as gs
 import numpy as np
 
-from models.spaces import Repeated
+from rlserve.models.spaces import Repeated
 
 ANY = "<any>"  # Case.field: the error's field is not checked (no single field is at fault)
 F32 = np.float32
@@ -65,8 +65,8 @@ def build_repository(root: Path) -> Path:
 
     import torch
 
-    from models.catalog import build_model
-    from models.export.exporter import export_bundle
+    from rlserve.models.catalog import build_model
+    from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
     for name, (obs, act, config) in BUNDLES.items():
@@ -82,7 +82,7 @@ def spaces_of(name: str) -> tuple[gs.Space, gs.Space]:
     """(observation, action) space of bundle ``name``: ours, or read from its manifest."""
     if name in BUNDLES:
         return BUNDLES[name][0], BUNDLES[name][1]
-    from models.spaces import space_from_json
+    from rlserve.models.spaces import space_from_json
 
     manifest = json.loads((DEFAULTS / name / "manifest.json").read_text())
     return space_from_json(manifest["observation_space"]), space_from_json(manifest["action_space"])

@@ -32,7 +32,7 @@ def free_port() -> int:
 def rlserve_command() -> list[str]:
     """The installed console script when there is one (what users run), else the module."""
     script = shutil.which("rlserve")
-    return [script] if script else [sys.executable, "-m", "service.cli"]
+    return [script] if script else [sys.executable, "-m", "rlserve.service.cli"]
 
 
 def _tail(log: IO[bytes] | None) -> str:

@@ -8,7 +8,7 @@ import math
 import pytest
 from server_process import running_server
 
-from service.client import (
+from rlserve.client.policy_client import (
     ActResult,
     AllActionsMaskedError,
     AsyncPolicyClient,

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from server_process import running_server
 
-from service.client import PolicyClient
-from service.envs import DEFAULT_POLICY_ENVS, make_env
-from service.gym_runner import run_episodes
+from rlserve.client.envs import DEFAULT_POLICY_ENVS, make_env
+from rlserve.client.gym_runner import run_episodes
+from rlserve.client.policy_client import PolicyClient
 
 pytestmark = pytest.mark.e2e
 

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,9 @@ def _kind(line: str) -> str:
 def _run(line: str, port: int, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     command = line.replace(DEFAULT_PORT, f"127.0.0.1:{port}")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
-    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    # `python` in a README line is the interpreter running the tests (its environment has
+    # the project installed), whether or not that environment was activated.
+    full_env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + full_env.get("PATH", "")
     full_env["RLSERVE_PORT"] = str(port)
     full_env.update(env or {})
     if command.startswith("rlserve "):

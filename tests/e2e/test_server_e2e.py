@@ -54,7 +54,7 @@ def server(tmp_path_factory):
     log = repo / "server.log"  # a file, not a pipe: a full pipe would block the server
     with open(log, "w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--repository", str(repo), "--port", str(port)],
+            [sys.executable, "-m", "rlserve.service.cli", "serve", "--repository", str(repo), "--port", str(port)],
             cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
     proc.log = log
     base = f"http://127.0.0.1:{port}"

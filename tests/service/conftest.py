@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import svc_bundles  # noqa: E402
 
-from service.app import create_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from rlserve.service.app import create_app  # noqa: E402
+from rlserve.service.settings import Settings  # noqa: E402
 
 
 @pytest.fixture(scope="session")

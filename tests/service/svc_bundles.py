@@ -43,7 +43,7 @@ SPECS: dict[str, dict[str, Any]] = {
 def build_model(name: str, seed: int = 0):
     import torch
 
-    from models.catalog import build_model as catalog_build
+    from rlserve.models.catalog import build_model as catalog_build
 
     spec = SPECS[name]
     torch.manual_seed(seed)
@@ -53,7 +53,7 @@ def build_model(name: str, seed: int = 0):
 def export(name: str, out_dir: Path, version: str = "1", seed: int = 0) -> Path:
     import torch
 
-    from models.export.exporter import export_bundle
+    from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
     spec = SPECS[name]
@@ -67,7 +67,7 @@ def copy_as_version(src: Path, dst: Path, version: str) -> Path:
     """The same bundle under another version (manifest re-hashed with the bundle writer)."""
     import shutil
 
-    from models.export.bundle import MANIFEST_NAME, write_manifest
+    from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
 
     shutil.copytree(src, dst)
     data = json.loads((dst / MANIFEST_NAME).read_text())

@@ -1,4 +1,4 @@
-"""Wiring of the act protocol (service/act_protocol.py); its HTTP behaviour is tested end
+"""Wiring of the act protocol (service/act/protocol.py); its HTTP behaviour is tested end
 to end in tests/e2e/test_act_protocol_e2e.py."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service import act_protocol, server
-from service.acting import ActService
-from service.api.act import RawActHandler
-from service.server import serve_main
+from rlserve.service import server
+from rlserve.service.act import protocol as act_protocol
+from rlserve.service.act.asgi import RawActHandler
+from rlserve.service.act.use_case import ActService
+from rlserve.service.server import serve_main
 
 
 def _handler() -> RawActHandler:

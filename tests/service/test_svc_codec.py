@@ -8,10 +8,10 @@ import gymnasium.spaces as gs
 import numpy as np
 import pytest
 
-from models.distributions.actions import actions_to_json
-from models.spaces import Repeated, Simplex
-from service import codec
-from service.errors import InvalidInput
+from rlserve.models.distributions.actions import actions_to_json
+from rlserve.models.spaces import Repeated, Simplex
+from rlserve.service.errors import InvalidInput
+from rlserve.service.step import codec
 
 NESTED = gs.Dict({
     "pos": gs.Box(-1.0, 1.0, (2,), np.float32),
@@ -52,7 +52,7 @@ def test_errors_name_the_field(value, field, fragment):
     assert info.value.status == 422
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # silenced in service.codec too
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # silenced in rlserve.service.step.codec too
 def test_box_rejects_non_finite_and_ragged():
     box = gs.Box(-1.0, 1.0, (2, 2), np.float32)
     with pytest.raises(InvalidInput, match="ragged|shape"):

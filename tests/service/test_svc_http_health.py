@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import error_of
 
-from service.app import create_app
-from service.settings import Settings
+from rlserve.service.app import create_app
+from rlserve.service.settings import Settings
 
 pytestmark = pytest.mark.asyncio
 

@@ -15,9 +15,9 @@ import pytest
 import svc_bundles
 import torch
 
-from models.distributions import get_action_dist
-from models.distributions.actions import actions_from_json, flatten_actions
-from models.interface import ModelSignature
+from rlserve.models.distributions import get_action_dist
+from rlserve.models.distributions.actions import actions_from_json, flatten_actions
+from rlserve.models.interface import ModelSignature
 
 pytestmark = pytest.mark.asyncio
 

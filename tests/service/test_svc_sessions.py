@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.interface import ModelSignature, PrevSpec, StateSpec
-from service.errors import SessionConflict, SessionExpired, SessionNotFound
-from service.sessions import SessionStore
-from service.slabs import STATELESS_SLOT, SessionSlabs
+from rlserve.models.interface import ModelSignature, PrevSpec, StateSpec
+from rlserve.service.errors import SessionConflict, SessionExpired, SessionNotFound
+from rlserve.service.sessions.slabs import STATELESS_SLOT, SessionSlabs
+from rlserve.service.sessions.store import SessionStore
 
 LSTM_SIG = ModelSignature(obs_shape=(4,), num_outputs=2, state=(StateSpec("h", (3,)), StateSpec("c", (3,), initial_value=0.5)),
                           prev=PrevSpec(n_prev_actions=1, n_prev_rewards=1, action_width=2))

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
 import asyncio, json, sys
 import httpx
-from service.app import create_app
-from service.settings import Settings
+from rlserve.service.app import create_app
+from rlserve.service.settings import Settings
 
 async def main():
     app = create_app(Settings(repository=sys.argv[1], runtime=sys.argv[2]))

@@ -6,9 +6,9 @@ import msgspec
 import pytest
 from pydantic import ValidationError
 
-from service.errors import BadRequest, InvalidJSON
-from service.settings import Settings
-from service.wire import decode_request, to_rows
+from rlserve.service.act.wire import decode_request, to_rows
+from rlserve.service.errors import BadRequest, InvalidJSON
+from rlserve.service.settings import Settings
 
 
 def rows_of(payload) -> object:

@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces as gs
 from hypothesis import strategies as st
 
-from models.spaces import Repeated, Simplex
+from rlserve.models.spaces import Repeated, Simplex
 
 _FLOAT = [np.float32, np.float64]
 _INT = [np.int64, np.int32, np.uint8]

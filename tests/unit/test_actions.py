@@ -10,7 +10,7 @@ from gymnasium import spaces as gs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.distributions.actions import (
+from rlserve.models.distributions.actions import (
     action_width,
     actions_from_json,
     actions_to_json,
@@ -19,7 +19,7 @@ from models.distributions.actions import (
     unflatten_actions,
     unsquash_actions,
 )
-from models.spaces import Repeated
+from rlserve.models.spaces import Repeated
 
 from .space_catalog import spaces as any_space
 

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from models.export.bundle import (
+from rlserve.models.export.bundle import (
     MANIFEST_NAME,
     Bundle,
     BundleError,
@@ -285,8 +285,8 @@ def test_a_dot_root_entry_as_written_by_tar_dash_C_is_accepted(bundle_dir: Path,
 
 
 def test_preprocessor_rebuilt_by_the_server_must_match_the_recorded_one(bundle_dir: Path) -> None:
-    from models.export.describe import check_preprocessor
-    from models.preprocessors import get_preprocessor
+    from rlserve.models.export.describe import check_preprocessor
+    from rlserve.models.preprocessors import get_preprocessor
 
     manifest = load_bundle(bundle_dir).manifest
     prep = get_preprocessor(manifest.observation_space, {"dim": 84, "grayscale": False, "zero_mean": True})
@@ -300,8 +300,8 @@ def test_preprocessor_rebuilt_by_the_server_must_match_the_recorded_one(bundle_d
 
 def test_bundle_module_does_not_import_torch() -> None:
     code = (
-        "import sys, models.export, models.export.bundle, models.export.describe, models.export.report, "
-        "models.export.cli; assert 'torch' not in sys.modules, 'torch imported'"
+        "import sys, rlserve.models.export, rlserve.models.export.bundle, rlserve.models.export.describe, rlserve.models.export.report, "
+        "rlserve.models.export.cli; assert 'torch' not in sys.modules, 'torch imported'"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

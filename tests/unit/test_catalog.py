@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from models.catalog import build_model, describe_model
-from models.networks.complex_input import (
+from rlserve.models.catalog import build_model, describe_model
+from rlserve.models.networks.complex_input import (
     FLATTEN,
     IMAGE,
     ONE_HOT,
     ComplexInputNetwork,
     components_for,
 )
-from models.networks.fcnet import FullyConnectedNetwork
-from models.networks.visionnet import VisionNetwork
-from models.spaces import Repeated
+from rlserve.models.networks.fcnet import FullyConnectedNetwork
+from rlserve.models.networks.visionnet import VisionNetwork
+from rlserve.models.spaces import Repeated
 
 torch.set_num_threads(1)
 DISCRETE3 = gs.Discrete(3)

@@ -8,7 +8,7 @@ import pytest
 from gymnasium import spaces as gs
 from oracle import case_names, load_case
 
-from models.config import (
+from rlserve.models.config import (
     DEPRECATED_VALUE,
     MODEL_DEFAULTS,
     ConfigError,

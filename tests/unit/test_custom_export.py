@@ -20,9 +20,9 @@ import pytest
 import torch
 from torch import nn
 
-from models.catalog import build_model
-from models.custom import register_custom_model, unregister_custom_model
-from models.export.exporter import export_bundle
+from rlserve.models.catalog import build_model
+from rlserve.models.custom import register_custom_model, unregister_custom_model
+from rlserve.models.export.exporter import export_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "test_custom_export_gated_mlp"
@@ -67,7 +67,7 @@ _CHILD = textwrap.dedent(
     import json, sys
     import numpy as np
     import onnxruntime as ort
-    from models.export.bundle import load_bundle
+    from rlserve.models.export.bundle import load_bundle
 
     bundle_path, obs_path, class_module = sys.argv[1:4]
     bundle = load_bundle(bundle_path)
@@ -125,7 +125,7 @@ class BranchOnData(nn.Module):
 
 
 def test_a_trace_that_disagrees_with_eager_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    from models.export.bundle import BundleError
+    from rlserve.models.export.bundle import BundleError
 
     register_custom_model(NAME + "_branch", BranchOnData)
     try:

@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch import nn
 
-from models.catalog import build_model, describe_model
-from models.custom import (
+from rlserve.models.catalog import build_model, describe_model
+from rlserve.models.custom import (
     UnknownCustomModelError,
     get_custom_model,
     register_custom_model,
     registered_custom_models,
     unregister_custom_model,
 )
-from models.networks.action_mask import FLOAT_MIN, RLLIB_PATHS, ActionMaskModel
+from rlserve.models.networks.action_mask import FLOAT_MIN, RLLIB_PATHS, ActionMaskModel
 
 torch.set_num_threads(1)
 OBS = gs.Dict({"pos": gs.Box(-1, 1, (2,), np.float32), "kind": gs.Discrete(3)})  # flat: kind(3), pos(2)

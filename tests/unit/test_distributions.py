@@ -15,7 +15,7 @@ import pytest
 import torch  # the reference implementation (the test extra installs it)
 from gymnasium import spaces as gs
 
-from models.distributions import (
+from rlserve.models.distributions import (
     ActionDistribution,
     ActionDistSpec,
     ActionOutOfSupportError,
@@ -28,9 +28,9 @@ from models.distributions import (
     register_action_dist,
     unregister_action_dist,
 )
-from models.distributions._math import digamma, digamma32, lgamma
-from models.distributions.actions import action_width, flatten_actions
-from models.spaces import Repeated, Simplex
+from rlserve.models.distributions._math import digamma, digamma32, lgamma
+from rlserve.models.distributions.actions import action_width, flatten_actions
+from rlserve.models.spaces import Repeated, Simplex
 
 td = torch.distributions
 
@@ -443,7 +443,7 @@ def test_package_is_torch_free():
     import sys
     from pathlib import Path
 
-    code = "import sys, models.distributions; print('torch' in sys.modules)"
+    code = "import sys, rlserve.models.distributions; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False", out.stderr

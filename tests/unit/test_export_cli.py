@@ -1,4 +1,4 @@
-"""``rlserve export`` / ``rlserve inspect`` through the real dispatcher (service.cli.main).
+"""``rlserve export`` / ``rlserve inspect`` through the real dispatcher (rlserve.service.cli.main).
 
 Cases are picked by content (kind, presence of weights, smallest weight file), never by
 name. The exported bundle must reproduce the fixture's recorded outputs in ONNX Runtime.
@@ -14,9 +14,9 @@ import onnxruntime as ort
 import pytest
 from oracle import OracleCase, case_names, load_case, oracle_dir
 
-from models.export.bundle import MANIFEST_NAME, load_bundle, verify_reference
-from models.filters import MeanStdFilter
-from service.cli import main as rlserve
+from rlserve.models.export.bundle import MANIFEST_NAME, load_bundle, verify_reference
+from rlserve.models.filters import MeanStdFilter
+from rlserve.service.cli import main as rlserve
 
 
 def _smallest_case(kinds: tuple[str, ...]) -> OracleCase:
@@ -173,7 +173,7 @@ def test_inspect_refuses_a_tampered_bundle(feedforward_case: OracleCase, tmp_pat
 def test_a_runtime_disagreeing_with_eager_exits_1_and_writes_nothing(
     feedforward_case: OracleCase, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    import models.export.exporter as exporter
+    import rlserve.models.export.exporter as exporter
 
     monkeypatch.setattr(exporter, "ATOL", -1.0)  # no difference can pass
     case = feedforward_case

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from models.filters import MeanStdFilter, NoFilter, filter_from_state, make_filter
+from rlserve.models.filters import MeanStdFilter, NoFilter, filter_from_state, make_filter
 
 _rows = hnp.arrays(np.float32, st.tuples(st.integers(1, 12), st.just(3)),
                    elements=st.floats(-1e3, 1e3, width=32))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces as gs
 
-from models.distributions import get_action_dist
-from models.distributions.masking import FLOAT_MIN, MaskError, apply_action_mask
+from rlserve.models.distributions import get_action_dist
+from rlserve.models.distributions.masking import FLOAT_MIN, MaskError, apply_action_mask
 
 DRAWS = 10_000
 

@@ -10,12 +10,12 @@ from gymnasium import spaces as gs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.preprocessors import (
+from rlserve.models.preprocessors import (
     ObservationError,
     get_preprocessor,
     resize_area,
 )
-from models.spaces import Repeated, Simplex
+from rlserve.models.spaces import Repeated, Simplex
 
 from .space_catalog import row_from_columns, sample, spaces, to_columns
 
@@ -316,7 +316,7 @@ def test_serving_modules_do_not_import_torch() -> None:
     from pathlib import Path
 
     code = (
-        "import sys; import models.preprocessors, models.filters, models.config, models.spaces; "
+        "import sys; import rlserve.models.preprocessors, rlserve.models.filters, rlserve.models.config, rlserve.models.spaces; "
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m == 'cv2']; "
         "assert not bad, bad"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.settings import Settings
+from rlserve.service.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore"}  # "embedded defaults", "unset", "per bundle"

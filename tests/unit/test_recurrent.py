@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import MODEL_DEFAULTS
-from models.networks.attention_modules import (
+from rlserve.models.config import MODEL_DEFAULTS
+from rlserve.models.networks.attention_modules import (
     GRUGate,
     RelativePositionEmbedding,
     rel_shift,
     sinusoid_inverse_freq,
 )
-from models.networks.fcnet import FullyConnectedNetwork
-from models.networks.gtrxl import AttentionWrapper, GTrXLCore
-from models.networks.lstm import LSTMWrapper
-from models.networks.wrapper_inputs import PrevActionEncoder
+from rlserve.models.networks.fcnet import FullyConnectedNetwork
+from rlserve.models.networks.gtrxl import AttentionWrapper, GTrXLCore
+from rlserve.models.networks.lstm import LSTMWrapper
+from rlserve.models.networks.wrapper_inputs import PrevActionEncoder
 
 OBS = gs.Box(-1.0, 1.0, (5,), np.float32)
 

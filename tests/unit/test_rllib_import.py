@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from models.catalog import build_model
-from models.networks.complex_input import ComplexInputNetwork, components_for
-from models.networks.fcnet import FullyConnectedNetwork
-from models.networks.policy import FeedForwardPolicy
-from models.rllib_import import (
+from rlserve.models.catalog import build_model
+from rlserve.models.networks.complex_input import ComplexInputNetwork, components_for
+from rlserve.models.networks.fcnet import FullyConnectedNetwork
+from rlserve.models.networks.policy import FeedForwardPolicy
+from rlserve.models.rllib_import import (
     WeightImportError,
     load_rllib_weights,
     read_weights_file,

@@ -11,7 +11,7 @@ from gymnasium import spaces as gs
 from hypothesis import given, settings
 from oracle import case_names, load_case
 
-from models.spaces import Repeated, Simplex, space_from_json, space_to_json, spaces_equal
+from rlserve.models.spaces import Repeated, Simplex, space_from_json, space_to_json, spaces_equal
 
 from .space_catalog import spaces
 

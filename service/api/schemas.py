@@ -1,6 +1,6 @@
 """Pydantic request/response models of the non-hot routes (sessions, models, admin).
 
-The act routes use the msgspec structs of ``service.wire`` instead (decode speed); their
+The act routes use the msgspec structs of ``rlserve.service.act.wire`` instead (decode speed); their
 OpenAPI schema is generated from those structs.
 """
 

@@ -3,7 +3,7 @@
 A mask row is one flat list of 0/1 over every categorical block of the dist inputs in
 flattened action order (Discrete: n values; MultiDiscrete: sum(nvec); Tuple/Dict: the
 categorical leaves concatenated), the layout of
-``models.distributions.masking.mask_components``.
+``rlserve.models.distributions.masking.mask_components``.
 
 RLlib's convention adds ``max(log(mask), FLOAT_MIN)`` to the logits. For a 0/1 mask that
 equals replacing masked logits by ``FLOAT_MIN`` (any logit is far below FLOAT_MIN's
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from models.distributions import ActionDistSpec
-from models.distributions.masking import FLOAT_MIN, mask_components
-from service.errors import AllActionsMasked, InvalidInput
+from rlserve.models.distributions import ActionDistSpec
+from rlserve.models.distributions.masking import FLOAT_MIN, mask_components
+from rlserve.service.errors import AllActionsMasked, InvalidInput
 
 
 @dataclass(frozen=True)

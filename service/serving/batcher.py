@@ -13,7 +13,7 @@ batch function raises, only that batch's jobs fail; the worker keeps going.
 
 A job is awaited (``submit``) or carries a completion callback (``submit_nowait``): the
 callback runs on the event loop inside the batch's own loop over its jobs, so a caller
-without a task per request (``service.act_protocol``) pays no wake-up per request.
+without a task per request (``rlserve.service.act.protocol``) pays no wake-up per request.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.errors import BatchFailed, NotReady, QueueFull, ServiceError
+from rlserve.service.errors import BatchFailed, NotReady, QueueFull, ServiceError
 
 log = logging.getLogger("rlserve.batcher")
 

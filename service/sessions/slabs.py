@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from models.interface import ModelSignature
+from rlserve.models.interface import ModelSignature
 
 STATELESS_SLOT = 0
 

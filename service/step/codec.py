@@ -9,8 +9,10 @@ the expected space and what was received, before any session state is touched.
 Images (any Box) may also come as raw bytes: ``{"b64": "...", "dtype": "uint8",
 "shape": [84, 84, 3]}`` (C order), which decodes ~20x faster than nested lists.
 
-``stack_values`` batches decoded values leaf-wise; ``encode_batch`` turns a batched
-structure (what a distribution samples) into one JSON value per row.
+``encode_batch`` turns a batched structure (what a distribution samples) into one JSON
+value per row, and ``floats_json`` writes float outputs (logp, value, ...) with JSON's
+nulls for non-finite entries. ``is_plain_row`` is the fast path for the commonest
+observation: a flat float32 Box row, checked in Python and converted once per batch.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.spaces import Repeated, Simplex, float_to_json, space_to_json
-from service.errors import InvalidInput, summarize_received
+from rlserve.models.spaces import Repeated, Simplex, float_to_json, space_to_json
+from rlserve.service.errors import InvalidInput, summarize_received
 
-__all__ = ["decode_value", "decode_batch", "stack_values", "encode_batch", "describe_space"]
+__all__ = ["decode_value", "decode_batch", "encode_batch", "floats_json", "describe_space", "is_plain_row"]
 
 # A client's 1e39 overflowing float32 is rejected as non-finite right after the cast;
 # numpy's warning about it would only be log noise (errstate is too slow for the hot path).
@@ -252,33 +254,12 @@ def _decode_box_rows(space: gs.Box, items: list[Any], field: str) -> np.ndarray 
 
 
 @functools.singledispatch
-def stack_values(space: gs.Space, values: list[Any]) -> Any:
-    """Batch a list of decoded values of ``space`` leaf-wise (leading axis B)."""
-    return np.stack([np.asarray(v) for v in values]).astype(space.dtype, copy=False)
-
-
-@stack_values.register
-def _(space: gs.Discrete, values: list[Any]) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
-
-
-@stack_values.register
-def _(space: gs.Tuple, values: list[Any]) -> tuple:
-    return tuple(stack_values(sub, [v[i] for v in values]) for i, sub in enumerate(space.spaces))
-
-
-@stack_values.register
-def _(space: gs.Dict, values: list[Any]) -> dict:
-    return {k: stack_values(sub, [v[k] for v in values]) for k, sub in space.spaces.items()}
-
-
-@functools.singledispatch
 def encode_batch(space: gs.Space, batched: Any) -> list[Any]:
     """One env-space JSON value per row of a model-space batch of ``space``.
 
     Model space is what distributions return: Discrete/MultiDiscrete indices from 0 and
     integer-Box indices from 0; env space adds ``start`` / ``min(low)`` back (the same
-    convention as ``models.distributions.actions.actions_to_json``, vectorised: one
+    convention as ``rlserve.models.distributions.actions.actions_to_json``, vectorised: one
     ``tolist`` per leaf instead of a Python walk per row).
     """
     arr = np.asarray(batched)
@@ -327,3 +308,38 @@ def _(space: gs.Dict, batched: Any) -> list[Any]:
     keys = list(space.spaces)
     columns = [encode_batch(space.spaces[k], batched[k]) for k in keys]
     return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+# --------------------------------------------------------------------------- floats
+
+F32_MAX = float(np.finfo(np.float32).max)
+# The smallest double that rounds to inf as float32: float32's max plus half its last step
+# (the tie rounds to even, i.e. up, since the max has an odd mantissa).
+F32_LIMIT = F32_MAX + 2.0 ** 103
+_FLOATS_ONLY = {float}
+
+
+def is_plain_row(data: Any, width: int) -> bool:
+    """True when ``data`` is a list of exactly ``width`` Python floats that are all finite
+    in float32 -- rows the full decoder would accept unchanged. Anything else (ints, NaN,
+    overflow, wrong length) takes the full decoder, which names the problem."""
+    if type(data) is not list or len(data) != width or set(map(type, data)) != _FLOATS_ONLY:
+        return False
+    # The sum is nan or inf if any value is; the bounds keep float32 from overflowing.
+    return math.isfinite(sum(data)) and -F32_MAX <= min(data) and max(data) <= F32_MAX
+
+
+def floats_json(values: np.ndarray | None) -> list[Any] | None:
+    """Floats as JSON lists; non-finite entries (JSON has none) become null."""
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if np.isfinite(arr).all():
+        return arr.tolist()
+    return _nulls(arr.tolist())
+
+
+def _nulls(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nulls(v) for v in value]
+    return value if value == value and value not in (float("inf"), float("-inf")) else None

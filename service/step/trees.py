@@ -26,9 +26,6 @@ def tree_slice(tree: Any, start: int, stop: int) -> Any:
     return tree_map(lambda leaf: leaf[start:stop], tree)
 
 
-def tree_take(tree: Any, rows: np.ndarray) -> Any:
-    return tree_map(lambda leaf: leaf[rows], tree)
-
 
 def tree_where(rows: np.ndarray, yes: Any, no: Any) -> Any:
     """Row-wise choice: ``yes`` where ``rows`` (B,) is true, else ``no``."""
@@ -47,13 +44,3 @@ def tree_set_row(tree: Any, row: int, value: Any) -> None:
         leaf[row] = np.asarray(single)[0]
 
     tree_map(put, tree, value)
-
-
-def tree_concat(trees: list[Any]) -> Any:
-    if len(trees) == 1:
-        return trees[0]
-    return tree_map(lambda *leaves: np.concatenate(leaves), trees[0], *trees[1:])
-
-
-def tree_copy(tree: Any) -> Any:
-    return tree_map(lambda leaf: np.array(leaf, copy=True), tree)

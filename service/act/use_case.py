@@ -21,14 +21,23 @@ from typing import Any
 
 import msgspec
 
-from service import codec
-from service.batcher import BatchInfo, Job
-from service.errors import BadRequest, NotReady, ServiceError, SessionConflict, as_service_error
-from service.metrics import Metrics
-from service.policy import Policy, Step, StepOutput
-from service.registry import ModelEntry, ModelRegistry
-from service.sessions import Session, validate_session_id
-from service.wire import Rows, decode_request, to_rows
+from rlserve.service.act.wire import ActResponse, BatchDebug, decode_request, to_rows
+from rlserve.service.errors import (
+    BadRequest,
+    NotReady,
+    ServiceError,
+    SessionConflict,
+    as_service_error,
+)
+from rlserve.service.serving.batcher import BatchInfo, Job
+from rlserve.service.serving.metrics import Metrics
+from rlserve.service.serving.policy import Policy
+from rlserve.service.serving.registry import ModelEntry, ModelRegistry
+from rlserve.service.sessions.store import Session, validate_session_id
+from rlserve.service.step import codec
+from rlserve.service.step.batch import StepOutput
+from rlserve.service.step.prepare import Step
+from rlserve.service.step.rows import Rows
 
 log = logging.getLogger("rlserve.act")
 _ENCODER = msgspec.json.Encoder()
@@ -120,7 +129,7 @@ class ActService:
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
-        step = policy.prepare(rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS)
+        step = policy.preparer.prepare(rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS)
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
@@ -230,7 +239,7 @@ class ActService:
     # ------------------------------------------------------------------ response
 
     @staticmethod
-    def _response(accepted: _Accepted, output: StepOutput, info: BatchInfo) -> dict[str, Any]:
+    def _response(accepted: _Accepted, output: StepOutput, info: BatchInfo) -> ActResponse:
         policy, step, single = accepted.policy, accepted.step, accepted.single
         batch, start, stop = output.batch, output.start, output.stop
         pick = _item if single else _rows  # the single form answers with the row itself
@@ -244,26 +253,31 @@ class ActService:
             action = encoded[0] if single else encoded
         else:
             action = pick(batch.actions_json, start, stop)
-        payload: dict[str, Any] = {"model": policy.name, "version": policy.version, "explore": step.explore}
-        payload["action" if single else "actions"] = action
-        payload["logp"] = None if batch.logp is None else pick(batch.logp, start, stop)
+        response = ActResponse(model=policy.name, version=policy.version, explore=step.explore,
+                               logp=None if batch.logp is None else pick(batch.logp, start, stop))
+        if single:
+            response.action = action
+        else:
+            response.actions = action
         extras = step.extras
         if extras:
             if "value" in extras and batch.value is not None:
-                payload["value"] = pick(batch.value, start, stop)
+                response.value = pick(batch.value, start, stop)
             if "entropy" in extras:
-                payload["entropy"] = None if batch.entropy is None else pick(batch.entropy, start, stop)
+                response.entropy = None if batch.entropy is None else pick(batch.entropy, start, stop)
             if "dist_inputs" in extras and batch.dist_inputs is not None:
-                payload["dist_inputs"] = pick(batch.dist_inputs, start, stop)
+                response.dist_inputs = pick(batch.dist_inputs, start, stop)
         if step.has_sessions:
             ids = [None if s is None else s.id for s in step.sessions]
-            payload["session_id" if single else "session_ids"] = ids[0] if single else ids
+            if single:
+                response.session_id = ids[0]
+            else:
+                response.session_ids = ids
         if accepted.debug:
-            payload["debug"] = {
-                "batch_id": info.batch_id, "batch_rows": info.rows, "batch_requests": info.requests,
-                "queue_ms": round(accepted.job.queue_s * 1e3, 4), "run_ms": round(info.run_s * 1e3, 4),
-            }
-        return payload
+            response.debug = BatchDebug(
+                batch_id=info.batch_id, batch_rows=info.rows, batch_requests=info.requests,
+                queue_ms=round(accepted.job.queue_s * 1e3, 4), run_ms=round(info.run_s * 1e3, 4))
+        return response
 
 
 def _item(values: list[Any], start: int, stop: int) -> Any:

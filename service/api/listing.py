@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from service.registry import ModelRegistry
-from service.schemas import ModelList, ModelSummary
+from rlserve.service.api.schemas import ModelList, ModelSummary
+from rlserve.service.serving.registry import ModelRegistry
 
 router = APIRouter(tags=["models"])
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-from models.distributions import ActionDistSpec
-from models.distributions import actions as action_utils
-from models.export.bundle import Manifest
-from models.filters import MeanStdFilter, NoFilter, filter_from_state
-from models.preprocessors import NoPreprocessor, get_preprocessor
+from rlserve.models.distributions import ActionDistSpec
+from rlserve.models.distributions import actions as action_utils
+from rlserve.models.export.bundle import Manifest
+from rlserve.models.filters import MeanStdFilter, NoFilter, filter_from_state
+from rlserve.models.preprocessors import NoPreprocessor, get_preprocessor
 
 
 @dataclass

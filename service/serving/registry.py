@@ -1,10 +1,10 @@
-"""Loaded models by name and version, and how bundles become serving policies.
+"""Loaded models by name and version: lookups, registration and unloading.
 
 Each model name has one *current* version (the last one loaded) that new sessions and
 unpinned stateless requests use; older versions keep serving the sessions bound to them
 until those end or the version is unloaded. Loading builds the whole policy (runtime,
-reference check, session store, batcher) before it is registered, so a failed load leaves
-whatever was serving untouched.
+reference check, session store, batcher; ``rlserve.service.serving.loading``) before it is
+registered, so a failed load leaves whatever was serving untouched.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.export.bundle import MANIFEST_NAME, Bundle, BundleError, load_bundle, verify_reference
-from service.batcher import Batcher
-from service.errors import (
+from rlserve.service.errors import (
     BundleInvalid,
     ModelNotFound,
     SessionConflict,
@@ -24,85 +22,13 @@ from service.errors import (
     SessionNotFound,
     VersionConflict,
 )
-from service.metrics import Metrics
-from service.pipeline import Pipeline
-from service.policy import Policy
-from service.runtime import choose_kind, open_runtime
-from service.sessions import Session, SessionStore
-from service.settings import Settings
+from rlserve.service.serving.loading import discover_bundles, load_policy
+from rlserve.service.serving.metrics import Metrics
+from rlserve.service.serving.policy import Policy
+from rlserve.service.sessions.store import Session
+from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.registry")
-
-ARCHIVE_SUFFIX = ".rlsb"
-
-
-def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None) -> Policy:
-    """A ready-to-serve ``Policy`` for ``bundle``; raises ``BundleInvalid`` if unusable.
-
-    Blocking (creates the runtime session, runs the reference check): call it from a
-    worker thread when the event loop is serving.
-    """
-    manifest = bundle.manifest
-    what = f"bundle {manifest.name!r} version {manifest.version!r}"
-    try:
-        kind = choose_kind(list(manifest.runtimes), settings.runtime)
-        runtime = open_runtime(
-            kind, bundle.runtime_path(kind), input_names=manifest.input_names,
-            output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
-            use_gpu=settings.use_gpu,
-        )
-        if settings.verify_on_load:
-            verify_reference(bundle, runtime.run)
-        pipeline = Pipeline.from_manifest(manifest)
-    except (BundleError, ValueError, OSError, RuntimeError) as exc:
-        raise BundleInvalid(f"{what} cannot be served: {exc}", received=str(bundle.root)) from exc
-    explore = manifest.explore if settings.default_explore is None else settings.default_explore
-    sessions = SessionStore(
-        manifest.signature, version=manifest.version, max_sessions=settings.max_sessions,
-        idle_ttl_s=settings.session_idle_ttl_s, initial_slots=settings.initial_session_slots,
-        tombstones=settings.session_tombstones,
-    )
-    policy = Policy(bundle, runtime, pipeline, sessions, default_explore=explore)
-    policy.batcher = Batcher(
-        policy.run_batch, max_rows=settings.max_batch_size, max_delay_s=settings.max_batch_delay_ms / 1000.0,
-        queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
-        retry_after_s=settings.retry_after_s, name=policy.key,
-        observer=metrics.batch_observer(manifest.name) if metrics is not None else None,
-    )
-    return policy
-
-
-def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) -> Policy:
-    try:
-        bundle = load_bundle(path)
-    except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
-        raise BundleInvalid(f"cannot load bundle {str(path)!r}: {exc}", received=str(path)) from exc
-    return build_policy(bundle, settings, metrics)
-
-
-def discover_bundles(root: Path) -> list[Path]:
-    """Bundle directories (holding a manifest) and ``*.rlsb`` archives under ``root``.
-
-    Looks two levels deep so both ``root/<bundle>/`` and ``root/<name>/<version>/``
-    layouts work; hidden entries are skipped.
-    """
-    found: list[Path] = []
-
-    def walk(folder: Path, depth: int) -> None:
-        for entry in sorted(folder.iterdir()):
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir() and (entry / MANIFEST_NAME).is_file():
-                found.append(entry)
-            elif entry.is_dir() and depth > 0:
-                walk(entry, depth - 1)
-            elif entry.is_file() and entry.name.endswith(ARCHIVE_SUFFIX):
-                found.append(entry)
-
-    if root.is_dir():
-        walk(root, 1)
-    return found
-
 
 @dataclass
 class ModelEntry:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.runtime.base import Runtime
+from rlserve.service.serving.runtime.base import Runtime
 
 __all__ = ["Runtime", "open_runtime", "choose_kind"]
 
@@ -24,11 +24,11 @@ def choose_kind(available: list[str], preference: str) -> str:
 def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names: list[str],
                  intra_op_threads: int, use_gpu: bool) -> Runtime:
     if kind == "onnx":
-        from service.runtime.onnx import OnnxRuntime
+        from rlserve.service.serving.runtime.onnx import OnnxRuntime
 
         return OnnxRuntime(path, intra_op_threads=intra_op_threads, use_gpu=use_gpu)
     if kind == "torchscript":
-        from service.runtime.torchscript import TorchScriptRuntime
+        from rlserve.service.serving.runtime.torchscript import TorchScriptRuntime
 
         return TorchScriptRuntime(path, input_names=input_names, output_names=output_names,
                                   intra_op_threads=intra_op_threads, use_gpu=use_gpu)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from service.client import PolicyClient
+from rlserve.client.policy_client import PolicyClient
 
 
 @dataclass

@@ -10,7 +10,7 @@ body to ``ActService.act_nowait`` and writes the response in one ``write`` from 
 batch's completion callback. Parsing, keep-alive, pipelining, flow control and graceful
 shutdown stay uvicorn's; every other request (and act requests this class does not take,
 see ``_takes``) goes through the ASGI app unchanged, and the in-process ASGI handler
-(``service.api.act.RawActHandler``) serves the same routes when the app runs under
+(``rlserve.service.act.asgi.RawActHandler``) serves the same routes when the app runs under
 another server. Both call the same ``ActService`` and format errors the same way.
 
 This relies on uvicorn's ``HttpToolsProtocol`` internals (its per-request ``cycle`` and
@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from service.api.act import RawActHandler, error_response
-from service.errors import PayloadTooLarge, ServiceError, as_service_error
+from rlserve.service.act.asgi import RawActHandler
+from rlserve.service.errors import ServiceError, as_service_error, body_too_large, error_reply
 
 log = logging.getLogger("rlserve.act_protocol")
 
@@ -86,8 +86,7 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
             if len(cycle.body) > max_body:
                 self._act_pending = None
                 cycle.keep_alive = False  # the rest of the body is not read
-                self._reply(cycle, PayloadTooLarge(f"request body exceeds {max_body} bytes",
-                                                   expected=max_body, received=len(cycle.body)))
+                self._reply(cycle, body_too_large(len(cycle.body), max_body))
             else:
                 # uvicorn pauses reading above its high-water mark until the app receives;
                 # here nothing receives, the body is wanted whole.
@@ -120,7 +119,7 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
                 assert payload is not None
                 status, extra = 200, b""
             else:
-                status, payload, headers = error_response(error, metrics)
+                status, payload, headers = error_reply(error, metrics)
                 extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers)
             parts = [STATUS_LINE[status]]
             for name, value in self.server_state.default_headers:

@@ -1,6 +1,6 @@
-"""Sessions: one episode's server-side memory, bound to one model version.
+"""The in-process session store: sessions of one model version in this process's memory.
 
-A ``SessionStore`` belongs to one loaded model version. It maps session ids to
+A ``SessionStore`` (the default implementation of ``rlserve.service.sessions.base.SessionStore``) belongs to one loaded model version. It maps session ids to
 ``Session`` records (slot index, seeded rng, bookkeeping) in least-recently-used order
 and owns the ``SessionSlabs`` that hold the tensors. Sessions idle longer than the TTL
 expire; at the cap the least recently used idle session is evicted. Expired, evicted and
@@ -18,9 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.interface import ModelSignature
-from service.errors import BadRequest, QueueFull, SessionConflict, SessionExpired, SessionNotFound
-from service.slabs import STATELESS_SLOT, SessionSlabs
+from rlserve.models.interface import ModelSignature
+from rlserve.service.errors import (
+    BadRequest,
+    QueueFull,
+    SessionConflict,
+    SessionExpired,
+    SessionNotFound,
+)
+from rlserve.service.sessions.slabs import STATELESS_SLOT, SessionSlabs
 
 MAX_SESSION_ID_LENGTH = 128
 
@@ -178,6 +184,38 @@ class SessionStore:
             self._drop(session, "expired after being idle")
         self.expired_total += len(stale)
         return len(stale)
+
+    # ------------------------------------------------------------------ the batch's rows
+
+    def gather_rows(self, slots: np.ndarray, reset: np.ndarray, rewards: np.ndarray | None,
+                    reported: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Apply a batch's session inputs and return its model inputs (state, prev actions
+        and rewards), one row per entry of ``slots`` (B,).
+
+        ``reset`` (B,) marks episode starts; ``rewards`` (B,) holds the previous step's
+        reward (NaN where none was reported); ``reported`` (B, A) the actions the
+        environment took instead of the served ones (NaN rows where none). Stateless rows
+        (``STATELESS_SLOT``) read the initial values and are never written."""
+        live = slots != STATELESS_SLOT
+        reset = reset & live
+        with self.slabs.lock:
+            if rewards is not None:
+                rows = ~np.isnan(rewards) & live & ~reset
+                if rows.any():
+                    self.slabs.report(slots[rows], rewards[rows], None)
+            if reported is not None:
+                rows = ~np.isnan(reported[:, 0]) & live & ~reset
+                self.slabs.report(slots[rows], None, reported[rows])
+            self.slabs.reset(slots[reset])
+            return self.slabs.gather(slots)
+
+    def scatter_rows(self, slots: np.ndarray, state_out: list[np.ndarray], actions: np.ndarray | None) -> None:
+        """Store a batch's new state (and served flat actions) for its live session rows."""
+        live = slots != STATELESS_SLOT
+        if not live.any():
+            return
+        with self.slabs.lock:
+            self.slabs.scatter(slots[live], [s[live] for s in state_out], None if actions is None else actions[live])
 
     def clear(self) -> None:
         for session in list(self._sessions.values()):

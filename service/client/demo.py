@@ -13,9 +13,9 @@ import sys
 
 import httpx
 
-from service.client import PolicyClient, RLServeError
-from service.envs import DEFAULT_POLICY_ENVS, NO_VELOCITY_ID, make_env
-from service.gym_runner import run_episodes
+from rlserve.client.envs import DEFAULT_POLICY_ENVS, NO_VELOCITY_ID, make_env
+from rlserve.client.gym_runner import run_episodes
+from rlserve.client.policy_client import PolicyClient, RLServeError
 
 
 def _parser() -> argparse.ArgumentParser:

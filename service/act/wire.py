@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from service.errors import BadRequest, InvalidJSON, summarize_received
+from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
+from rlserve.service.step.rows import Rows
 
 Extra = Literal["value", "entropy", "dist_inputs"]
 Seed = Annotated[int, msgspec.Meta(ge=0)]  # numpy's SeedSequence takes non-negative integers
@@ -60,46 +60,26 @@ class BatchDebug(msgspec.Struct):
     run_ms: float
 
 
-class ActResponse(msgspec.Struct, omit_defaults=True):
-    """Single form: ``action``/``logp``/...; batch form: ``actions``/``logp`` lists."""
+class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Single form: ``action``/``logp``/...; batch form: ``actions``/``logp`` lists.
+
+    The one definition of the act answer: the use case builds it, msgspec encodes it and
+    generates its OpenAPI schema, so the documented and the sent shapes cannot drift."""
 
     model: str
     version: str
+    explore: bool
     action: Any = msgspec.UNSET
     actions: list[Any] | msgspec.UnsetType = msgspec.UNSET
-    # Single form: a number per field; batch form: a list with one entry per row.
-    logp: Any = None
+    # Single form: a number per field (null where the distribution defines none);
+    # batch form: a list with one entry per row.
+    logp: Any
     value: Any = msgspec.UNSET
     entropy: Any = msgspec.UNSET
     dist_inputs: Any = msgspec.UNSET
     session_id: str | None | msgspec.UnsetType = msgspec.UNSET
     session_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
-    explore: bool = False
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET
-
-
-@dataclass(slots=True)
-class Rows:
-    """One request as per-row lists (length B); ``single`` remembers the form.
-
-    The ``has_*`` flags let the common plain request skip the per-row field checks.
-    """
-
-    single: bool
-    observations: list[Any]
-    session_ids: list[str | None]
-    episode_starts: list[bool]
-    rewards: list[float | None]
-    prev_actions: list[Any]  # msgspec.UNSET where not reported
-    action_masks: list[Any]  # None where not given
-    seeds: list[int | None]
-    has_sessions: bool = True
-    has_rewards: bool = True
-    has_prev_actions: bool = True
-    has_masks: bool = True
-
-    def __len__(self) -> int:
-        return len(self.observations)
 
 
 _DECODER = msgspec.json.Decoder(ActRequest)

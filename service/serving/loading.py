@@ -1,0 +1,98 @@
+"""How a bundle becomes a serving ``Policy``: runtime, reference check, pipeline, session
+store, the prepare and batch steps, and a batcher; and where bundles are found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rlserve.models.export.archive import ARCHIVE_SUFFIX
+from rlserve.models.export.bundle import (
+    MANIFEST_NAME,
+    Bundle,
+    BundleError,
+    load_bundle,
+    verify_reference,
+)
+from rlserve.service.errors import BundleInvalid
+from rlserve.service.serving.batcher import Batcher
+from rlserve.service.serving.metrics import Metrics
+from rlserve.service.serving.pipeline import Pipeline
+from rlserve.service.serving.policy import Policy
+from rlserve.service.serving.runtime import choose_kind, open_runtime
+from rlserve.service.sessions.store import SessionStore
+from rlserve.service.settings import Settings
+from rlserve.service.step.batch import BatchStep
+from rlserve.service.step.prepare import Preparer
+
+
+def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None) -> Policy:
+    """A ready-to-serve ``Policy`` for ``bundle``; raises ``BundleInvalid`` if unusable.
+
+    Blocking (creates the runtime session, runs the reference check): call it from a
+    worker thread when the event loop is serving.
+    """
+    manifest = bundle.manifest
+    what = f"bundle {manifest.name!r} version {manifest.version!r}"
+    try:
+        kind = choose_kind(list(manifest.runtimes), settings.runtime)
+        runtime = open_runtime(
+            kind, bundle.runtime_path(kind), input_names=manifest.input_names,
+            output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
+            use_gpu=settings.use_gpu,
+        )
+        if settings.verify_on_load:
+            verify_reference(bundle, runtime.run)
+        pipeline = Pipeline.from_manifest(manifest)
+    except (BundleError, ValueError, OSError, RuntimeError) as exc:
+        raise BundleInvalid(f"{what} cannot be served: {exc}", received=str(bundle.root)) from exc
+    explore = manifest.explore if settings.default_explore is None else settings.default_explore
+    sessions = SessionStore(
+        manifest.signature, version=manifest.version, max_sessions=settings.max_sessions,
+        idle_ttl_s=settings.session_idle_ttl_s, initial_slots=settings.initial_session_slots,
+        tombstones=settings.session_tombstones,
+    )
+    obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
+    preparer = Preparer(pipeline, obs_dtype, default_explore=explore)
+    step = BatchStep(manifest.signature, runtime, pipeline, sessions, preparer.mask_layout)
+    policy = Policy(bundle, runtime, pipeline, sessions, preparer, step)
+    policy.batcher = Batcher(
+        step.run, max_rows=settings.max_batch_size, max_delay_s=settings.max_batch_delay_ms / 1000.0,
+        queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
+        retry_after_s=settings.retry_after_s, name=policy.key,
+        observer=metrics.batch_observer(manifest.name) if metrics is not None else None,
+    )
+    return policy
+
+
+def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) -> Policy:
+    try:
+        bundle = load_bundle(path)
+    except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
+        raise BundleInvalid(f"cannot load bundle {str(path)!r}: {exc}", received=str(path)) from exc
+    return build_policy(bundle, settings, metrics)
+
+
+def discover_bundles(root: Path) -> list[Path]:
+    """Bundle directories (holding a manifest) and ``*.rlsb`` archives under ``root``.
+
+    Looks two levels deep so both ``root/<bundle>/`` and ``root/<name>/<version>/``
+    layouts work; hidden entries are skipped.
+    """
+    found: list[Path] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir() and (entry / MANIFEST_NAME).is_file():
+                found.append(entry)
+            elif entry.is_dir() and depth > 0:
+                walk(entry, depth - 1)
+            elif entry.is_file() and entry.name.endswith(ARCHIVE_SUFFIX):
+                found.append(entry)
+
+    if root.is_dir():
+        walk(root, 1)
+    return found

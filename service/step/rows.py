@@ -1,0 +1,30 @@
+"""A request's rows: the one shape the step layer sees, whatever form the request had."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Rows:
+    """One request as per-row lists (length B); ``single`` remembers the form.
+
+    The ``has_*`` flags let the common plain request skip the per-row field checks.
+    """
+
+    single: bool
+    observations: list[Any]
+    session_ids: list[str | None]
+    episode_starts: list[bool]
+    rewards: list[float | None]
+    prev_actions: list[Any]  # msgspec.UNSET where not reported
+    action_masks: list[Any]  # None where not given
+    seeds: list[int | None]
+    has_sessions: bool = True
+    has_rewards: bool = True
+    has_prev_actions: bool = True
+    has_masks: bool = True
+
+    def __len__(self) -> int:
+        return len(self.observations)
