@@ -17,9 +17,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.acting import ActService
 from service.api import act, admin, bodies, health, models, sessions
+from service.api.openapi import drop_fastapi_validation_errors
 from service.errors import (
     BadRequest,
     InternalError,
@@ -134,7 +136,8 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         if exc.status_code == 404:
             return respond(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
-            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
+                                            headers={"Allow": _allowed_methods(request)}))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
             return respond(BadRequest(f"bad request: {exc.detail}"))
         if exc.status_code == 413:
@@ -149,9 +152,22 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         return respond(InternalError(f"internal error: {type(exc).__name__}"))
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """The ``Allow`` of a 405: every method some route answers on this path. Starlette's own
+    names only the first route that matched the path (GET and DELETE of a session are two)."""
+    scope = {k: v for k, v in request.scope.items() if k not in ("fastapi", "route", "endpoint", "path_params")}
+    allowed = [method for method in _METHODS
+               if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in request.app.router.routes)]
+    return ", ".join(allowed)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        drop_fastapi_validation_errors(schema)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
