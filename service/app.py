@@ -16,10 +16,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
 from rlserve.service.api import act, admin, bodies, health, listing, sessions
+from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
     BadRequest,
@@ -136,7 +138,8 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         if exc.status_code == 404:
             return respond(NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
-            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
+                                            headers={"Allow": _allowed_methods(request)}))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
             return respond(BadRequest(f"bad request: {exc.detail}"))
         if exc.status_code == 413:
@@ -151,9 +154,22 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         return respond(InternalError(f"internal error: {type(exc).__name__}"))
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """The ``Allow`` of a 405: every method some route answers on this path. Starlette's own
+    names only the first route that matched the path (GET and DELETE of a session are two)."""
+    scope = {k: v for k, v in request.scope.items() if k not in ("fastapi", "route", "endpoint", "path_params")}
+    allowed = [method for method in _METHODS
+               if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in request.app.router.routes)]
+    return ", ".join(allowed)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        drop_fastapi_validation_errors(schema)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")

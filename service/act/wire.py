@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -20,7 +20,37 @@ from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
 from rlserve.service.step.rows import Rows
 
 Extra = Literal["value", "entropy", "dist_inputs"]
-Seed = Annotated[int, msgspec.Meta(ge=0)]  # numpy's SeedSequence takes non-negative integers
+
+
+class Seed(int):
+    """A sampler seed: a non-negative integer (numpy's SeedSequence takes those).
+
+    JSON Schema counts ``2.0`` as the integer 2, so the documented ``integer`` takes it too:
+    msgspec alone refuses a float for an ``int``, hence this type and ``_dec_hook``. (An int
+    subclass: msgspec cannot encode it, so never echo a decoded seed without ``int()``.)
+    """
+
+
+_JSON_TYPES = {bool: "bool", str: "str", list: "array", dict: "object", float: "float"}
+
+
+def _dec_hook(kind: type, value: Any) -> Any:
+    if kind is not Seed:
+        raise NotImplementedError(kind)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int:  # messages as msgspec's own for an `int | None` field
+        raise TypeError(f"Expected `int | null`, got `{_JSON_TYPES.get(type(value), type(value).__name__)}`")
+    if value < 0:
+        raise ValueError("Expected `int` >= 0")
+    return Seed(value)
+
+
+def schema_hook(kind: type) -> dict[str, Any]:
+    """The JSON Schema of the custom wire types (for ``msgspec.json.schema_components``)."""
+    if kind is Seed:
+        return {"type": "integer", "minimum": 0}
+    raise NotImplementedError(kind)
 
 
 class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -82,7 +112,7 @@ class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET
 
 
-_DECODER = msgspec.json.Decoder(ActRequest)
+_DECODER = msgspec.json.Decoder(ActRequest, dec_hook=_dec_hook)
 
 
 _JSON_EXPECTED = "a UTF-8 JSON object with 'observation' or 'observations'"

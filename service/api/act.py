@@ -13,26 +13,71 @@ import msgspec
 from fastapi import APIRouter, Request, Response
 
 from rlserve.service.act.use_case import ActService
-from rlserve.service.act.wire import ActRequest, ActResponse
+from rlserve.service.act.wire import ActRequest, ActResponse, schema_hook
 from rlserve.service.api.bodies import body_limit, read_body
+from rlserve.service.api.openapi import errors
+from rlserve.service.sessions.store import MAX_SESSION_ID_LENGTH
 
 
 def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     (request, response), components = msgspec.json.schema_components(
-        [ActRequest, ActResponse], ref_template="#/components/schemas/{name}")
+        [ActRequest, ActResponse], schema_hook=schema_hook, ref_template="#/components/schemas/{name}")
+    _state_the_forms(components["ActRequest"])
     return {"request": request, "response": response}, components
 
 
+# The per-row fields of the batch form, each the plural of its single-form field.
+_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds")
+
+
+def _state_the_forms(schema: dict[str, Any]) -> None:
+    """Add to ``ActRequest``'s schema what ``wire.to_rows`` and the session lookup enforce
+    beyond the field types: exactly one of ``observation`` / ``observations`` (a non-empty
+    list), each form's fields only with it, session ids of 1..128 characters. (That each
+    column has one entry per observation, and a session appears once per request, JSON
+    Schema cannot say; the field descriptions do.)"""
+    fields = schema["properties"]
+    assert all(c in fields and c[:-1] in fields for c in _COLUMNS), "ActRequest fields changed"
+    null = {"type": "null"}
+    ids = [fields["session_id"], *[s["items"] for s in fields["session_ids"]["anyOf"] if s.get("type") == "array"]]
+    for string in [s for field in ids for s in field["anyOf"] if s.get("type") == "string"]:
+        string.update(minLength=1, maxLength=MAX_SESSION_ID_LENGTH)
+    fields["observations"]["minItems"] = 1
+    for column in _COLUMNS:
+        fields[column]["description"] = (f"Batch form: one entry per observation (the list is as long as "
+                                         f"'observations'); with 'observation' use '{column[:-1]}'")
+    fields["session_ids"]["description"] += "; each session at most once per request"
+    single_defaults = {"session_id": null, "episode_start": {"const": False}, "reward": null,
+                       "action_mask": null, "seed": null}
+    schema["oneOf"] = [
+        {"title": "single", "description": "One row: 'observation' and the single-form fields",
+         "required": ["observation"], "not": {"required": ["observations"]},
+         "properties": {column: null for column in _COLUMNS}},
+        {"title": "batch", "description": "A list of rows: 'observations' and the batch-form fields",
+         "required": ["observations"],
+         "not": {"anyOf": [{"required": ["observation"]}, {"required": ["prev_action"]}]},
+         "properties": single_defaults},
+    ]
+
+
 ACT_SCHEMAS, ACT_COMPONENTS = _schemas()
+# For a model with a Box(4,) observation space, such as the embedded default "cartpole".
+_EXAMPLES = {
+    "single": {"summary": "One observation", "value": {"observation": [0.02, -0.01, 0.03, 0.04]}},
+    "batch": {"summary": "Two observations, each the next step of its own session",
+              "value": {"observations": [[0.02, -0.01, 0.03, 0.04], [0.0, 0.1, -0.05, 0.0]],
+                        "session_ids": ["episode-a", "episode-b"], "episode_starts": [True, True]}},
+}
 _OPENAPI_EXTRA = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": ACT_SCHEMAS["request"]}}},
+    "requestBody": {"required": True, "content": {"application/json": {"schema": ACT_SCHEMAS["request"],
+                                                                      "examples": _EXAMPLES}}},
     "responses": {"200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}},
 }
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": why, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
-           for code, why in {400: "Malformed request", 404: "Unknown model, version or session",
-                             409: "Session bound to another version", 410: "Session expired or ended",
-                             422: "Input does not fit the model's spaces, or every action masked",
-                             503: "Queue full (see Retry-After)"}.items()}
+_ERRORS = errors(400, 404, 409, 410, 413, 422, 500, 503,
+                 e409="Session bound to another version, or the request's sessions on different versions",
+                 e422="Input does not fit the model's spaces, or every action masked",
+                 e500="The batch's runtime call failed (batch_failed)",
+                 e503="Queue full (see Retry-After), or the model is being unloaded")
 
 router = APIRouter(tags=["act"])
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 
 from rlserve.service.act.body import body_chunks
 from rlserve.service.api.bodies import body_limit, parse_json, read_body, validate
+from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import Loaded, LoadFromPath, Unloaded
 from rlserve.service.errors import (
     AdminDisabled,
@@ -44,7 +46,12 @@ def require_admin(request: Request) -> None:
         raise Forbidden("admin API: wrong token", field="Authorization")
 
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+# Documents the bearer scheme in OpenAPI; never refuses (require_admin does, with the project's errors).
+_BEARER = HTTPBearer(auto_error=False, description="RLSERVE_ADMIN_TOKEN")
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(_BEARER), Depends(require_admin)],
+                   responses=errors(401, 403, 404, e404="The admin API is disabled (no RLSERVE_ADMIN_TOKEN), "
+                                                        "or an unknown model or version"))
 
 
 def _registry(request: Request) -> ModelRegistry:
@@ -76,9 +83,11 @@ async def admin_metadata(name: str, version: str, request: Request) -> dict[str,
 @router.post("/models", status_code=201, response_model=Loaded,
              summary="Load a bundle: JSON {'path': ...} inside the repository, or an .rlsb archive as the body "
                      "(Content-Type: application/octet-stream)",
-             openapi_extra={"requestBody": {"content": {
+             responses=errors(400, 409, 413, 422, e409="That version of the model is already loaded",
+                              e422="No loadable bundle there: no manifest, a bad file, or its reference check failed"),
+             openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": LoadFromPath.model_json_schema()},
-                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+                 "application/octet-stream": {"schema": {"type": "string", "format": "binary", "minLength": 1}}}}})
 async def load(request: Request) -> JSONResponse:
     state = request.app.state
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()

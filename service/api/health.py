@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from rlserve.service.api.schemas import Readiness
+
 router = APIRouter(tags=["health"])
 
 
@@ -13,7 +15,9 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Ready to serve: at least one model loaded, not shutting down")
+@router.get("/readyz", response_model=Readiness,
+            responses={503: {"model": Readiness, "description": "Not ready: no model loaded, or shutting down"}},
+            summary="Ready to serve: at least one model loaded, not shutting down")
 async def readyz(request: Request) -> JSONResponse:
     state = request.app.state
     models = {e.name: e.current for e in state.registry.entries.values()}
@@ -25,6 +29,8 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+            responses={200: {"description": "Prometheus text exposition format",
+                             "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import ModelList, ModelSummary
 from rlserve.service.serving.registry import ModelRegistry
 
@@ -22,13 +23,15 @@ async def list_models(request: Request) -> ModelList:
     return ModelList(models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions)) for e in entries])
 
 
-@router.get("/v1/models/{name}", summary="Metadata of a model's current version")
+@router.get("/v1/models/{name}", responses=errors(404, e404="Unknown model"),
+            summary="Metadata of a model's current version")
 async def model_metadata(name: str, request: Request) -> dict[str, Any]:
     entry = _registry(request).entry(name)
     return {**entry.policy().metadata(), "current_version": entry.current, "versions": list(entry.versions)}
 
 
-@router.get("/v1/models/{name}/versions/{version}", summary="Metadata of one version: spaces, config, state layout")
+@router.get("/v1/models/{name}/versions/{version}", responses=errors(404, e404="Unknown model or version"),
+            summary="Metadata of one version: spaces, config, state layout")
 async def version_metadata(name: str, version: str, request: Request) -> dict[str, Any]:
     entry = _registry(request).entry(name)
     return {**entry.policy(version).metadata(), "current_version": entry.current, "versions": list(entry.versions)}

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 
 class _Strict(BaseModel):
@@ -31,11 +38,18 @@ def _no_nul(value: str) -> str:
     return value
 
 
+def _whole(value: Any) -> Any:
+    # JSON Schema counts 2.0 as the integer 2: the documented "integer" takes it (strict
+    # validation alone would refuse every float); 2.5 and 1e400 stay refused.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 # Constraints inside the type (not on an optional field) so pydantic reports them as
 # string_too_short / string_too_long with their bounds.
 SessionId = Annotated[str, StringConstraints(min_length=1, max_length=128), AfterValidator(_unicode)]
 Version = Annotated[str, AfterValidator(_unicode)]
 BundlePath = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_unicode), AfterValidator(_no_nul)]
+Seed = Annotated[int, Field(ge=0), BeforeValidator(_whole)]
 
 
 class ErrorBody(BaseModel):
@@ -50,10 +64,17 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+class Readiness(BaseModel):
+    ready: bool
+    models: dict[str, str] = Field(description="Each loaded model's current version")
+    failed_to_load: dict[str, str] = Field(description="Bundle path -> why it did not load at start")
+    error: ErrorBody | None = Field(None, description="Why not ready (only when not ready)")
+
+
 class CreateSession(_Strict):
     session_id: SessionId | None = Field(
         None, description="Client-chosen id of 1..128 characters, any (percent-encode it in URLs); generated when absent")
-    seed: int | None = Field(None, ge=0, description="Seeds the session's sampler so an episode replays")
+    seed: Seed | None = Field(None, description="Seeds the session's sampler so an episode replays")
     version: Version | None = Field(None, description="Bind to this version instead of the current one")
 
 
@@ -77,8 +98,14 @@ class ModelList(BaseModel):
     models: list[ModelSummary]
 
 
+# What the document can say of "inside the repository" (symlinks it cannot): relative, no
+# '..' segment, no NUL. The server checks the resolved path itself (400 when outside).
+_RELATIVE_PATH = r"^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|$))[^\u0000]*$"
+
+
 class LoadFromPath(_Strict):
-    path: BundlePath = Field(..., description="Bundle directory or .rlsb archive, relative to the model repository")
+    path: BundlePath = Field(..., description="Bundle directory or .rlsb archive, relative to the model repository",
+                             json_schema_extra={"pattern": _RELATIVE_PATH})
 
 
 class Loaded(BaseModel):

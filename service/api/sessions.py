@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from rlserve.service.api.bodies import read_model
+from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import CreateSession, SessionInfo
 from rlserve.service.errors import SessionConflict
 from rlserve.service.serving.policy import Policy
@@ -33,10 +34,13 @@ def _info(policy: Policy, session: Session) -> SessionInfo:
 
 _CREATE_BODY = {"requestBody": {"required": False,
                                  "content": {"application/json": {"schema": CreateSession.model_json_schema()}}}}
+_CREATE_ERRORS = errors(400, 404, 409, 413, 503, e404="Unknown model or version",
+                        e409="A live session has this id", e503="Every session has a request in flight")
+_LOOKUP_ERRORS = errors(404, 410, e404="Unknown model or session")
 
 
 @router.post("/v1/models/{name}/sessions", status_code=201, response_model=SessionInfo, openapi_extra=_CREATE_BODY,
-             summary="Create a session on the current (or a given) version")
+             responses=_CREATE_ERRORS, summary="Create a session on the current (or a given) version")
 async def create_session(name: str, request: Request) -> JSONResponse:
     # Read by hand, not as a FastAPI body parameter: the size limit and the error codes
     # (invalid_json vs bad_request naming the field) are the project's, as on the act route.
@@ -50,13 +54,14 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     return JSONResponse(_info(policy, session).model_dump(), status_code=201)
 
 
-@router.get("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, summary="Inspect a session")
+@router.get("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, responses=_LOOKUP_ERRORS,
+            summary="Inspect a session")
 async def get_session(name: str, session_id: str, request: Request) -> SessionInfo:
     policy, session = _registry(request).entry(name).find_session(session_id)
     return _info(policy, session)
 
 
-@router.delete("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo,
+@router.delete("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, responses=_LOOKUP_ERRORS,
                summary="End a session; later use of its id answers 410")
 async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
     policy, session = _registry(request).entry(name).find_session(session_id)
