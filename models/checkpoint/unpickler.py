@@ -19,6 +19,7 @@ reader answers every name from three fixed tables and never imports anything:
 
 from __future__ import annotations
 
+import _compat_pickle
 import collections
 import functools
 import io
@@ -216,6 +217,9 @@ def _is_record(module: str, name: str) -> bool:
 
 class _DataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        # Protocol 0-2 pickles may spell builtins the Python 2 way (__builtin__.set).
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         if (module, name) in _DATA:
             return _DATA[(module, name)]
         qualname = f"{module}.{name}"
