@@ -136,3 +136,28 @@ def test_a_pre_2_0_checkpoint_file_still_exports_with_the_spaces_given(tmp_path:
     assert rc == 0, err
     rc, err = _export([str(legacy), "--out", str(tmp_path / "c")], capsys)
     assert rc == 2 and "pre-2.0 RLlib checkpoint stores no policy spec" in err
+
+
+def test_export_checkpoint_function_equals_the_command(tmp_path: Path, capsys) -> None:
+    from models.checkpoint import CheckpointError
+    from models.export.from_checkpoint import export_checkpoint
+
+    observations = np.random.default_rng(2).normal(size=(12, 3))
+    state = policy_state(OBS, ACT, MODEL, observation_filter="MeanStdFilter", clip_actions=True,
+                         agent_connectors=[filter_connector((3,), observations)])
+    ckpt = write_algorithm_checkpoint(tmp_path / "ckpt", {"default_policy": state})
+    bundle = export_checkpoint(ckpt, tmp_path / "api", formats=("onnx",))
+    rc, err = _export([str(ckpt), "--out", str(tmp_path / "cli")], capsys)
+    assert rc == 0, err
+    api, cli = bundle.manifest.data, load_bundle(tmp_path / "cli").manifest.data
+    for key in ("observation_space", "action_space", "model_config", "action_dist", "filter", "signature",
+                "explore", "normalize_actions", "clip_actions", "source"):
+        assert api[key] == cli[key], key
+    assert api["normalize_actions"] is True and api["clip_actions"] is True
+    _, outputs = bundle.reference()
+    _, cli_outputs = load_bundle(tmp_path / "cli").reference()
+    np.testing.assert_allclose(outputs["dist_inputs"], cli_outputs["dist_inputs"], rtol=1e-6)
+
+    missing = policy_state(OBS, ACT, MODEL, observation_filter="MeanStdFilter", agent_connectors=[])
+    with pytest.raises(CheckpointError, match="observation_filter is 'MeanStdFilter'"):
+        export_checkpoint(write_algorithm_checkpoint(tmp_path / "m", {"p": missing}), tmp_path / "m-out")
