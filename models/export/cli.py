@@ -160,10 +160,10 @@ def _read_checkpoint(args: argparse.Namespace, progress: Progress) -> Any:
     progress(f"reading the checkpoint {path}")
     try:
         return read_checkpoint(path, args.policy_id)
-    except LegacyCheckpointError:
+    except LegacyCheckpointError as exc:
         if args.checkpoint is None and _spaces_given(args):
-            return None
-        raise InputError(f"{what}: {sys.exc_info()[1]}") from None
+            return None  # weights only; read_weights_file reads them
+        raise InputError(f"{what}: {exc}") from exc
     except CheckpointError as exc:
         raise InputError(f"{what}: {exc}") from exc
 
