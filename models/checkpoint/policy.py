@@ -3,12 +3,15 @@
 ``read_checkpoint(path, policy_id)`` returns a ``PolicyCheckpoint``: the raw observation
 and action spaces, the full model config (merged over ``MODEL_DEFAULTS`` and validated),
 the observation filter RLlib's config names and its trained statistics (as
-``models.filters`` state), ``normalize_actions``/``clip_actions``/``explore``, and the
+``models.filters`` state), ``normalize_actions``/``clip_actions``/``explore`` and the exploration type (how RLlib
+samples: ``StochasticSampling`` draws from the action distribution the catalog chooses for
+the action space and model config, as the server does), and the
 weights under RLlib's names. Where each comes from in ``policy_state.pkl``:
 
     policy_spec.observation_space / action_space   space_to_dict form (spaces.py)
     policy_spec.config.model                       the model config RLlib built with
-    policy_spec.config.observation_filter, normalize_actions, clip_actions, explore
+    policy_spec.config.observation_filter, normalize_actions, clip_actions, explore,
+    exploration_config
     connector_configs["agent"]                     the filter statistics (filters.py)
     weights                                        {RLlib state_dict name: array}
 
@@ -59,6 +62,7 @@ class PolicyCheckpoint:
     normalize_actions: bool
     clip_actions: bool
     explore: bool
+    exploration: str | None  # exploration_config["type"], e.g. "StochasticSampling"
     policy_class: str | None
     weights: dict[str, np.ndarray]
 
@@ -74,6 +78,7 @@ class PolicyCheckpoint:
             "format": self.files.format,
             "policy_id": self.policy_id,
             "policy_class": self.policy_class,
+            "exploration": self.exploration,
             "observation_filter": self.observation_filter,
             "ray_version": info.get("ray_version"),
             "checkpoint_version": info.get("checkpoint_version"),
@@ -143,6 +148,7 @@ def read_checkpoint(path: str | Path, policy_id: str | None = None) -> PolicyChe
         normalize_actions=bool(config.get("normalize_actions", True)),
         clip_actions=bool(config.get("clip_actions", False)),
         explore=bool(config.get("explore", True)),
+        exploration=_exploration(config.get("exploration_config")),
         policy_class=_policy_class(spec.get("policy_class")),
         weights=policy_weights(state, source),
     )
@@ -163,6 +169,11 @@ def _policy_spec(state: Mapping[str, Any], source: Path) -> Mapping[str, Any]:
 def _policy_class(value: Any) -> str | None:
     plain = plain_data(value)
     return plain if isinstance(plain, str) else None
+
+
+def _exploration(exploration_config: Any) -> str | None:
+    kind = plain_data(exploration_config.get("type")) if isinstance(exploration_config, Mapping) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _model_config(config: Mapping[str, Any], action_space: gs.Space, source: Path) -> dict[str, Any]:
