@@ -12,8 +12,9 @@ action distribution) on RLlib's recorded inputs:
   (and ``action_unsquashed`` when the bundle unsquashes by default) within tolerance;
 - ``episode`` (recurrent): every step in order, fed the recorded previous action (RLlib's
   raw sampled action, routinely outside a Box's bounds) and reward, with the state the
-  graph returned at the previous step; per step the outputs above, the logp of the
-  action RLlib sampled, and the state against ``episode_states.npz``.
+  graph returned at the previous step (initial again after a recorded ``done``); per step
+  the outputs above, the logp of the action RLlib sampled, and the state against
+  ``episode_states.npz``.
 """
 
 from __future__ import annotations
@@ -226,8 +227,12 @@ def test_recurrent_episode_matches_rllib_step_by_step(case: CheckpointCase, expo
     steps = len(episode["obs"])
     assert steps > 1
     assert case.states, f"{case.path}: a recurrent case needs episode_states.npz"
+    done = episode.get("done") or [False] * steps
     for t in range(steps):
         where = f"{case.id} episode step {t}"
+        if t > 0 and done[t - 1]:  # a recording that runs on into a new episode starts it afresh
+            state = policy.initial_state()
+            windows = {k: _Window(len(w.rows), w.rows[0].shape) for k, w in windows.items()}
         actions, rewards = _prev_inputs(policy, episode, t, windows)
         for i, s in enumerate(state):
             _check_state(case, f"state_in/{i}", t, s, where)
