@@ -15,17 +15,22 @@ Buffers (e.g. GTrXL's ``inverse_freq``) are copied like parameters, persistent o
 
 from __future__ import annotations
 
-import collections
-import io
 import os
-import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from rlserve.models.checkpoint import (
+    CheckpointError,
+    load_pickle_bytes,
+    locate,
+    policy_weights,
+    read_state,
+)
 
 __all__ = ["WeightImportError", "load_rllib_weights", "read_weights_file", "rllib_key_candidates"]
 
@@ -124,120 +129,29 @@ def read_weights_file(path: str | os.PathLike[str], policy_id: str | None = None
     """RLlib-named weights from an ``.npz`` (read without pickles) or an RLlib checkpoint.
 
     A checkpoint may be an Algorithm checkpoint directory (``policies/<id>/``; pass
-    ``policy_id`` when it holds several), a policy directory, a ``policy_state.pkl`` or a
-    pre-2.0 ``checkpoint-N`` file. Pickles are read by a restricted unpickler that builds
-    only numpy arrays and plain containers: every other global it names becomes an inert
-    placeholder, so no code from the file runs. msgpack checkpoints are not supported.
+    ``policy_id`` when it holds several), a policy directory, a ``policy_state.pkl`` (or
+    ``.msgpck``) or a pre-2.0 ``checkpoint-N`` file. Pickles are read by the data-only
+    unpickler of ``rlserve.models.checkpoint``: no code from the file runs, and an object of a
+    class not known to be plain data is refused with its name.
     """
     path = Path(path)
     if path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    state_file = _policy_state_file(path, policy_id)
-    if state_file.suffix == ".msgpck":
-        raise WeightImportError(
-            f"{state_file}: msgpack checkpoints are not supported; export the policy with "
-            "checkpoint_format='cloudpickle' or save policy.get_weights() with numpy.savez"
-        )
-    with state_file.open("rb") as fh:
-        state = _SafeUnpickler(fh).load()
-    return _weights_from_state(state, state_file, policy_id)
+    try:
+        files = locate(path, policy_id)
+        state = read_state(files.policy_state)
+        if isinstance(state, dict) and isinstance(state.get("worker"), bytes):
+            state = _legacy_policy_state(state, files.policy_state, policy_id)
+        return policy_weights(state, files.policy_state)
+    except CheckpointError as exc:
+        raise WeightImportError(str(exc)) from None
 
 
-def _policy_state_file(path: Path, policy_id: str | None) -> Path:
-    if path.is_file():
-        return path
-    for name in ("policy_state.pkl", "policy_state.msgpck"):
-        if (path / name).is_file():
-            return path / name
-    policies = path / "policies"
-    found = sorted(p.name for p in policies.iterdir() if p.is_dir()) if policies.is_dir() else []
-    if not found:
-        raise WeightImportError(f"{path}: no .npz, policy_state file or policies/<id>/ directory found")
-    if policy_id is None and len(found) > 1:
-        raise WeightImportError(f"{path}: holds policies {found}; pass policy_id to pick one")
-    chosen = policy_id if policy_id is not None else found[0]
-    if chosen not in found:
-        raise WeightImportError(f"{path}: no policy {chosen!r}; available: {found}")
-    return _policy_state_file(policies / chosen, None)
-
-
-class _Opaque:
-    """Stands in for any global a checkpoint names: accepts everything, runs nothing."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def __call__(self, *args: object, **kwargs: object) -> _Opaque:
-        return _Opaque()
-
-    def __setstate__(self, state: object) -> None:
-        pass
-
-    def __setitem__(self, key: object, value: object) -> None:
-        pass
-
-    def append(self, value: object) -> None:
-        pass
-
-    def extend(self, values: object) -> None:
-        pass
-
-
-def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
-    """Protocol-2 pickles spell bytes as ``_codecs.encode(text, 'latin1')``; nothing else is allowed."""
-    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
-        raise WeightImportError(f"checkpoint pickle asks for encoding {encoding!r}; only latin1 bytes are read")
-    return text.encode("latin1")
-
-
-def _allowed_globals() -> dict[tuple[str, str], object]:
-    # Taken from numpy's own reductions so the names match this numpy's module layout.
-    # __reduce__ is typed "str | tuple"; a str is only for singletons, not these.
-    reconstruct = cast(tuple[Any, ...], np.zeros(1).__reduce__())[0]
-    scalar = cast(tuple[Any, ...], np.float32(0).__reduce__())[0]
-    # Protocol-5 pickles rebuild arrays with this one.
-    frombuffer = cast(tuple[Any, ...], np.zeros(1).__reduce_ex__(5))[0]
-    allowed: dict[tuple[str, str], object] = {
-        (reconstruct.__module__, reconstruct.__name__): reconstruct,
-        (scalar.__module__, scalar.__name__): scalar,
-        (frombuffer.__module__, frombuffer.__name__): frombuffer,
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-        ("_codecs", "encode"): _latin1_bytes,
-        ("collections", "OrderedDict"): collections.OrderedDict,
-    }
-    for legacy in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        allowed[(legacy, "_reconstruct")] = reconstruct
-        allowed[(legacy, "scalar")] = scalar
-    for legacy in ("numpy.core.numeric", "numpy._core.numeric"):
-        allowed[(legacy, "_frombuffer")] = frombuffer
-    allowed.update({("numpy", t.__name__): t for t in (np.float32, np.float64, np.int64, np.int32)})
-    return allowed
-
-
-class _SafeUnpickler(pickle.Unpickler):
-    _allowed = _allowed_globals()
-
-    def find_class(self, module: str, name: str) -> object:
-        return self._allowed.get((module, name), _Opaque)
-
-    def persistent_load(self, pid: object) -> object:
-        return _Opaque()
-
-
-def _weights_from_state(state: object, source: Path, policy_id: str | None) -> dict[str, np.ndarray]:
-    if isinstance(state, dict) and isinstance(state.get("worker"), bytes):
-        # Pre-2.0 checkpoint: the rollout worker's state is itself pickled inside.
-        worker = _SafeUnpickler(io.BytesIO(state["worker"])).load()
-        per_policy = worker.get("state", {}) if isinstance(worker, dict) else {}
-        ids = sorted(per_policy)
-        chosen = policy_id or (ids[0] if len(ids) == 1 else "default_policy")
-        state = per_policy.get(chosen)
-    weights = state.get("weights") if isinstance(state, dict) else None
-    if not isinstance(weights, dict) or not weights:
-        raise WeightImportError(f"{source}: no policy 'weights' dictionary found")
-    bad = [k for k, v in weights.items() if not (isinstance(v, np.ndarray) and v.dtype.kind in "fiub")]
-    if bad or not all(isinstance(k, str) for k in weights):
-        raise WeightImportError(f"{source}: weights must be numeric arrays under string keys; not so for {bad}")
-    return dict(weights)
+def _legacy_policy_state(state: dict[str, Any], source: Path, policy_id: str | None) -> object:
+    """Pre-2.0 checkpoint: the rollout worker's state is itself pickled inside."""
+    worker = load_pickle_bytes(state["worker"], f"{source} ['worker']")
+    per_policy = worker.get("state", {}) if isinstance(worker, dict) else {}
+    ids = sorted(per_policy)
+    chosen = policy_id or (ids[0] if len(ids) == 1 else "default_policy")
+    return per_policy.get(chosen)

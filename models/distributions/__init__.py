@@ -11,6 +11,7 @@ from .actions import (
     actions_to_json,
     clip_actions,
     flatten_actions,
+    prev_action_from_json,
     unflatten_actions,
     unsquash_actions,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "apply_action_mask",
     "clip_actions",
     "flatten_actions",
+    "prev_action_from_json",
     "unflatten_actions",
     "unsquash_actions",
     "ActionDistSpec",

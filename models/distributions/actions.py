@@ -41,6 +41,7 @@ __all__ = [
     "clip_actions",
     "flatten_actions",
     "is_int_box",
+    "prev_action_from_json",
     "unflatten_actions",
     "unsquash_actions",
 ]
@@ -255,7 +256,7 @@ def _float_array(value: Any, where: str) -> np.ndarray:
     return np.asarray(_parse_number(value, where), dtype=np.float64)
 
 
-def _leaf_from_json(space: gs.Space, value: Any, where: str) -> np.ndarray:
+def _leaf_from_json(space: gs.Space, value: Any, where: str, bounds: bool = True) -> np.ndarray:
     shape = tuple(getattr(space, "shape", ()) or ())
     raw = _float_array(value, where)
     if raw.shape != shape:
@@ -268,6 +269,10 @@ def _leaf_from_json(space: gs.Space, value: Any, where: str) -> np.ndarray:
             raise ValueError(f"action at '{where}': {value!r} is not in {space}")
         return (env - _offset(space)).astype(np.int64)
     arr = raw.astype(space.dtype)
+    if not bounds and isinstance(space, gs.Box) and np.dtype(space.dtype).kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"action at '{where}': expected finite numbers for {space}, got {value!r}")
+        return arr
     if not space.contains(arr):
         raise ValueError(f"action at '{where}': {value!r} is not in {space}")
     return arr
@@ -302,6 +307,24 @@ def actions_from_json(action_space: gs.Space, value: Any) -> Any:
     leaves = _json_leaves(action_space, value)
     parsed = [
         _leaf_from_json(s, v, path_str(p) or "$")[None]
+        for s, v, p in zip(leaf_spaces(action_space), leaves, leaf_paths(action_space), strict=True)
+    ]
+    return unflatten_leaves(action_space, parsed)
+
+
+def prev_action_from_json(action_space: gs.Space, value: Any) -> Any:
+    """A reported *previous* action -> a model-space batch of one, as the model's
+    ``prev_actions`` input sees it.
+
+    Like :func:`actions_from_json`, except that float Box leaves are checked for shape,
+    dtype and finiteness but not for the bounds: RLlib feeds recurrent models the raw
+    sampled action (before unsquashing or clipping), which is routinely outside the Box
+    (e.g. 2.84 for Box(-2, 2)). Discrete, MultiDiscrete, integer Box and MultiBinary
+    leaves must still be members of their space (the model one-hot encodes them).
+    """
+    leaves = _json_leaves(action_space, value)
+    parsed = [
+        _leaf_from_json(s, v, path_str(p) or "$", bounds=False)[None]
         for s, v, p in zip(leaf_spaces(action_space), leaves, leaf_paths(action_space), strict=True)
     ]
     return unflatten_leaves(action_space, parsed)

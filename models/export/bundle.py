@@ -196,6 +196,24 @@ class Manifest:
         return self.data["explore"]
 
     @property
+    def normalize_actions(self) -> bool:
+        """RLlib's ``normalize_actions``: by default, unsquash Box actions from the model's
+        [-1, 1] to the space's bounds before the environment sees them (False in bundles
+        written before the field existed)."""
+        return bool(self.data.get("normalize_actions", False))
+
+    @property
+    def clip_actions(self) -> bool:
+        """RLlib's ``clip_actions``: by default, clip Box actions to the bounds (RLlib applies
+        it only when ``normalize_actions`` is off; unsquashing already clips)."""
+        return bool(self.data.get("clip_actions", False))
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """Where the policy came from (e.g. an RLlib checkpoint's policy id), if recorded."""
+        return self.data.get("source")
+
+    @property
     def files(self) -> dict[str, dict[str, Any]]:
         return self.data["files"]
 
@@ -319,6 +337,9 @@ def _check_structure(data: dict[str, Any], root: Path) -> None:
             raise BundleError(f"{where}: field {key!r} should be {_type_name(typ)}, got {type(data[key]).__name__}")
     for name in data["files"]:
         check_plain_name(name, f"{where}: listed file")
+    for key in ("normalize_actions", "clip_actions"):
+        if key in data and not isinstance(data[key], bool):
+            raise BundleError(f"{where}: field {key!r} should be bool, got {type(data[key]).__name__}")
     _check_signature(data, where)
     _check_file_refs(data, where)
 

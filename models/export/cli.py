@@ -1,8 +1,13 @@
 """``rlserve export`` and ``rlserve inspect``.
 
+    rlserve export CHECKPOINT --out DIR [--policy-id ID] [--archive]
     rlserve export --spec case.json --weights weights.npz --out DIR [--archive]
     rlserve export --obs-space obs.json --action-space act.json --config model.json \\
                    --weights weights.npz [--filter filter.json] --out DIR
+
+An RLlib checkpoint (algorithm or policy directory, or its policy_state file; given as
+CHECKPOINT or as --weights) supplies the spaces, model config, filter statistics,
+normalize_actions/clip_actions and weights; the other flags override what it says.
     rlserve inspect BUNDLE [--json] [--no-verify]
 
 Bad input (missing file, invalid JSON, space or config, weights that do not fit) exits 2
@@ -35,21 +40,33 @@ class InputError(ValueError):
 def _export_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlserve export", description="Export an RLlib policy to a verified bundle.")
     src = p.add_argument_group("what to export")
+    src.add_argument("checkpoint", nargs="?", type=Path, help="an RLlib checkpoint: the algorithm directory "
+                     "(rllib_checkpoint.json, policies/<id>/), a policy directory or its policy_state.pkl/.msgpck; "
+                     "read without ray and without running pickled code")
+    src.add_argument("--policy-id", help="which policy of a multi-policy checkpoint (the ids are listed when needed)")
     src.add_argument("--spec", type=Path, help="one JSON file with observation_space, action_space, "
                      "model_config (or model_config_overrides) and optionally action_dist (a fixture case.json)")
     src.add_argument("--obs-space", type=Path, help="observation space JSON (rlserve.models.spaces schema)")
     src.add_argument("--action-space", type=Path, help="action space JSON")
     src.add_argument("--config", type=Path, help="model config JSON (overrides of MODEL_DEFAULTS or a full config)")
-    src.add_argument("--weights", type=Path, required=True, help="RLlib state_dict as .npz (names as RLlib's), or an RLlib checkpoint "
+    src.add_argument("--weights", type=Path, help="RLlib state_dict as .npz (names as RLlib's), or an RLlib checkpoint "
                      "(algorithm or policy directory, policy_state.pkl; read without running pickled code)")
-    src.add_argument("--filter", type=Path, help="frozen MeanStdFilter state JSON")
+    src.add_argument("--filter", type=Path, help="frozen filter state JSON (rlserve.models.filters MeanStdFilter or "
+                     '{"type": "NoFilter"}); overrides the checkpoint\'s statistics')
+    src.add_argument("--normalize-actions", action=argparse.BooleanOptionalAction, default=None,
+                     help="serve Box actions unsquashed to the bounds by default (default: the checkpoint's "
+                     "normalize_actions, else off)")
+    src.add_argument("--clip-actions", action=argparse.BooleanOptionalAction, default=None,
+                     help="serve Box actions clipped to the bounds by default (default: the checkpoint's "
+                     "clip_actions, else off)")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
     out.add_argument("--archive", action="store_true", help="also write DIR.rlsb, a single-file archive")
     out.add_argument("--formats", default="onnx,torchscript", help="comma-separated: onnx,torchscript")
     out.add_argument("--name", help="bundle name (default: the --out directory name)")
     out.add_argument("--version", help="bundle version (default: 1)")
-    out.add_argument("--deterministic", action="store_true", help="serve the mode by default (explore=false)")
+    out.add_argument("--deterministic", action="store_true", help="serve the mode by default (explore=false; "
+                     "default: the checkpoint's explore setting, else sampling)")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
     out.add_argument("--traceback", action="store_true", help="show the full traceback when the export fails")
     return p
@@ -84,10 +101,11 @@ def export_main(argv: list[str]) -> int:
 
 def _export(args: argparse.Namespace, progress: Progress) -> int:
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    spec = _read_spec(args)
-    filter_state = _read_filter(args.filter) if args.filter else None
+    checkpoint = _read_checkpoint(args, progress)
+    spec = _read_spec(args, checkpoint)
+    filter_state = _choose_filter(args, checkpoint)
     progress("building the model")
-    model = _build_model(spec, args.weights)
+    model = _build_model(spec, *_read_weights(args, checkpoint))
     from rlserve.models.export.describe import describe_action_dist
     from rlserve.models.export.exporter import export_bundle
 
@@ -96,7 +114,10 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
         bundle = export_bundle(
             model, obs_space=spec.obs_space, action_space=spec.action_space, model_config=spec.model_config,
             out_dir=args.out, formats=formats, filter_state=filter_state, name=args.name or args.out.name,
-            version=args.version, progress=progress, explore=not args.deterministic, action_dist=dist,
+            version=args.version, progress=progress, explore=_explore(args, checkpoint), action_dist=dist,
+            normalize_actions=_setting(args.normalize_actions, checkpoint, "normalize_actions"),
+            clip_actions=_setting(args.clip_actions, checkpoint, "clip_actions"),
+            source=checkpoint.source_json() if checkpoint is not None else None,
         )
     except BundleError:
         raise  # a runtime disagrees with eager torch: an export failure, exit 1
@@ -122,35 +143,73 @@ def _read_json(path: Path, what: str) -> Any:
         raise InputError(f"{what}: {str(path)!r} is not valid JSON: {exc}") from exc
 
 
-def _read_spec(args: argparse.Namespace) -> ExportSpec:
+def _read_checkpoint(args: argparse.Namespace, progress: Progress) -> Any:
+    """The RLlib checkpoint named by CHECKPOINT, or by --weights when that is not an .npz.
+
+    With --weights naming a pre-2.0 checkpoint (weights only, no policy spec) and the
+    spaces given by flags, only the weights are read (the old flag form).
+    """
+    from rlserve.models.checkpoint import CheckpointError, read_checkpoint
+    from rlserve.models.checkpoint.policy import LegacyCheckpointError
+
+    path, what = (args.checkpoint, "CHECKPOINT") if args.checkpoint is not None else (args.weights, "--weights")
+    if path is None:
+        raise InputError("give an RLlib CHECKPOINT, or --weights with the spaces (--spec or --obs-space/--action-space)")
+    if args.checkpoint is None and (path.suffix == ".npz" or not path.exists()):
+        return None  # the old flag form with an .npz (a missing path is reported with the weights)
+    progress(f"reading the checkpoint {path}")
+    try:
+        return read_checkpoint(path, args.policy_id)
+    except LegacyCheckpointError as exc:
+        if args.checkpoint is None and _spaces_given(args):
+            return None  # weights only; read_weights_file reads them
+        raise InputError(f"{what}: {exc}") from exc
+    except CheckpointError as exc:
+        raise InputError(f"{what}: {exc}") from exc
+
+
+def _spaces_given(args: argparse.Namespace) -> bool:
+    return args.spec is not None or (args.obs_space is not None and args.action_space is not None)
+
+
+def _read_spec(args: argparse.Namespace, checkpoint: Any = None) -> ExportSpec:
+    """Spaces, model config and action distribution: from --spec, else from the
+    --obs-space/--action-space/--config flags over what the checkpoint says."""
     from rlserve.models.config import merge_model_config
     from rlserve.models.spaces import space_from_json
 
     separate = [args.obs_space, args.action_space, args.config]
+    rllib_dist = None
     if args.spec is not None:
         if any(x is not None for x in separate):
             raise InputError("give either --spec or --obs-space/--action-space/--config, not both")
         doc = _read_json(args.spec, "--spec")
         if not isinstance(doc, Mapping):
             raise InputError(f"--spec: expected a JSON object, got {type(doc).__name__}")
-        parts = {k: doc.get(k) for k in ("observation_space", "action_space")}
-        config = doc.get("model_config", doc.get("model_config_overrides", {}))
+        nodes = {k: doc.get(k) for k in ("observation_space", "action_space")}
+        if any(v is None for v in nodes.values()) and checkpoint is None:
+            missing = next(k for k, v in nodes.items() if v is None)
+            raise InputError(f"--spec: missing {missing!r}")
+        overrides = doc.get("model_config", doc.get("model_config_overrides", {}))
         rllib_dist = doc.get("action_dist")
     else:
-        if args.obs_space is None or args.action_space is None:
-            raise InputError("--obs-space and --action-space are required without --spec")
-        parts = {"observation_space": _read_json(args.obs_space, "--obs-space"),
-                 "action_space": _read_json(args.action_space, "--action-space")}
-        config = _read_json(args.config, "--config") if args.config else {}
-        rllib_dist = None
+        if checkpoint is None and (args.obs_space is None or args.action_space is None):
+            raise InputError("--obs-space and --action-space are required without --spec or a checkpoint")
+        nodes = {"observation_space": _read_json(args.obs_space, "--obs-space") if args.obs_space else None,
+                 "action_space": _read_json(args.action_space, "--action-space") if args.action_space else None}
+        overrides = _read_json(args.config, "--config") if args.config else {}
     spaces = {}
-    for key, node in parts.items():
+    for key, node in nodes.items():
         if node is None:
-            raise InputError(f"--spec: missing {key!r}")
+            spaces[key] = getattr(checkpoint, key)
+            continue
         try:
             spaces[key] = space_from_json(node)
         except ValueError as exc:
             raise InputError(f"{key}: {exc}") from exc
+    if not isinstance(overrides, Mapping):
+        raise InputError(f"model config: expected a JSON object, got {type(overrides).__name__}")
+    config = {**(checkpoint.model_config if checkpoint is not None else {}), **overrides}
     try:
         config = merge_model_config(config, spaces["action_space"])
     except ValueError as exc:
@@ -175,20 +234,61 @@ def _read_filter(path: Path) -> dict[str, Any] | None:
     return None if state.get("type") == "NoFilter" else state
 
 
-def _build_model(spec: ExportSpec, weights: Path):
+def _choose_filter(args: argparse.Namespace, checkpoint: Any) -> dict[str, Any] | None:
+    """--filter, else the checkpoint's statistics; a filter the checkpoint's config names
+    but does not hold is an error (serving without it would answer differently)."""
+    if args.filter is not None:
+        return _read_filter(args.filter)
+    if checkpoint is None:
+        return None
+    if checkpoint.filter_missing:
+        raise InputError(
+            f"{checkpoint.filter_missing}. Pass --filter FILE with the statistics (a MeanStdFilter state "
+            'JSON, see docs/export.md), or --filter with {"type": "NoFilter"} to export without the filter'
+        )
+    return checkpoint.filter_state
+
+
+def _read_weights(args: argparse.Namespace, checkpoint: Any) -> tuple[Mapping[str, Any], str]:
+    """(RLlib-named weights, the flag they came from, for messages)."""
+    from rlserve.models.rllib_import import read_weights_file
+
+    if args.weights is None:
+        return checkpoint.weights, "CHECKPOINT"
+    if checkpoint is not None and args.checkpoint is None:
+        return checkpoint.weights, "--weights"  # --weights was the checkpoint read above
+    if not args.weights.exists():
+        raise InputError(f"--weights: file {str(args.weights)!r} does not exist")
+    try:
+        return read_weights_file(args.weights, args.policy_id), "--weights"
+    except ValueError as exc:
+        raise InputError(f"--weights: {exc}") from exc
+
+
+def _setting(flag: bool | None, checkpoint: Any, name: str) -> bool:
+    if flag is not None:
+        return flag
+    return bool(getattr(checkpoint, name)) if checkpoint is not None else False
+
+
+def _explore(args: argparse.Namespace, checkpoint: Any) -> bool:
+    if args.deterministic:
+        return False
+    return checkpoint.explore if checkpoint is not None else True
+
+
+def _build_model(spec: ExportSpec, weights: Mapping[str, Any], what: str):
     from rlserve.models.catalog import build_model
-    from rlserve.models.rllib_import import load_rllib_weights, read_weights_file
+    from rlserve.models.rllib_import import load_rllib_weights
 
     try:
         model = build_model(spec.obs_space, spec.action_space, spec.model_config)
     except (ValueError, NotImplementedError) as exc:
         raise InputError(f"cannot build the model: {exc}") from exc
-    if not weights.is_file():
-        raise InputError(f"--weights: file {str(weights)!r} does not exist")
     try:
-        load_rllib_weights(model, read_weights_file(weights))
+        load_rllib_weights(model, weights)
     except ValueError as exc:
-        raise InputError(f"--weights: {exc}") from exc
+        raise InputError(f"{what}: {exc}") from exc
     return model.eval()
 
 

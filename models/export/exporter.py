@@ -68,6 +68,9 @@ def export_bundle(
     explore: bool = True,
     action_dist: Mapping[str, Any] | None = None,
     preprocessor: Mapping[str, Any] | None = None,
+    normalize_actions: bool = False,
+    clip_actions: bool = False,
+    source: Mapping[str, Any] | None = None,
 ) -> Bundle:
     """Export ``model`` (the uniform contract of ``rlserve.models.interface``) to ``out_dir``.
 
@@ -75,6 +78,10 @@ def export_bundle(
     ``action_dist``/``preprocessor`` override the descriptions derived from the spaces and
     config (for custom models whose dist is not the catalog's). ``out_dir`` must not exist
     or be empty. Raises ``BundleError`` if a runtime disagrees with the eager model.
+    ``normalize_actions``/``clip_actions`` record RLlib's settings of the same names: what
+    the server does to an action before handing it to the environment by default
+    (unsquash to the Box bounds, else clip to them). ``source`` records provenance (e.g.
+    the RLlib checkpoint's policy id and ray version).
     """
     say = progress or (lambda _msg: None)
     formats = _check_formats(formats)
@@ -100,6 +107,10 @@ def export_bundle(
         signature, obs_space, action_space, model_config, filter_state, name, version, explore,
         action_dist, preprocessor,
     )
+    manifest["normalize_actions"] = bool(normalize_actions)
+    manifest["clip_actions"] = bool(clip_actions)
+    if source is not None:
+        manifest["source"] = _jsonable(dict(source))
     reference = dict(reference_batch) if reference_batch is not None else make_reference_inputs(
         signature, obs_space, action_space, model_config, filter_state, REFERENCE_BATCH, seed=0
     )

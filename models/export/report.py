@@ -38,6 +38,8 @@ def _header(bundle: Bundle, verified: bool) -> str:
         f"path        {bundle.source or bundle.root}",
         f"format      {m.data['format']} v{m.format_version}, created {m.created_at}",
         f"explore     {str(m.explore).lower()} (default for requests that do not say)",
+        f"actions     normalize_actions={str(m.normalize_actions).lower()} clip_actions={str(m.clip_actions).lower()}",
+        *([f"source      {_compact(m.source)}"] if m.source else []),
         f"integrity   {check}",
     ])
 

@@ -190,21 +190,35 @@ def _write_policy_state(directory, weights, payload_target, protocol=pickle.HIGH
 
 
 @pytest.mark.parametrize("protocol", [2, 4, 5])
-def test_checkpoint_pickle_is_read_without_running_its_code(tmp_path, protocol):
-    weights, target = _rllib_state(4), tmp_path / "pwned"
-    _write_policy_state(tmp_path / "ckpt" / "policies" / "default_policy", weights, target, protocol)
+def test_checkpoint_that_would_run_code_is_refused_by_name(tmp_path, protocol):
+    target = tmp_path / "pwned"
+    _write_policy_state(tmp_path / "ckpt" / "policies" / "default_policy", _rllib_state(4), target, protocol)
     for path in (tmp_path / "ckpt", tmp_path / "ckpt" / "policies" / "default_policy",
                  tmp_path / "ckpt" / "policies" / "default_policy" / "policy_state.pkl"):
-        read = read_weights_file(path)
+        with pytest.raises(WeightImportError, match=r"policy_state.pkl: refusing to build or call (io|builtins)\.open"):
+            read_weights_file(path)
         assert not target.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_checkpoint_pickle_is_read_as_data(tmp_path, protocol):
+    weights = _rllib_state(4)
+    directory = tmp_path / "ckpt" / "policies" / "default_policy"
+    directory.mkdir(parents=True)
+    state = {"weights": OrderedDict(weights), "global_timestep": np.int64(7), "spec": {"n": (1, 2.5, "x")}}
+    (directory / "policy_state.pkl").write_bytes(pickle.dumps(state, protocol=protocol))
+    for path in (tmp_path / "ckpt", directory, directory / "policy_state.pkl"):
+        read = read_weights_file(path)
         assert read.keys() == weights.keys()
         for key in weights:
             np.testing.assert_array_equal(read[key], weights[key])
 
 
 def test_checkpoint_with_several_policies_needs_an_id(tmp_path):
-    _write_policy_state(tmp_path / "ckpt" / "policies" / "a", _rllib_state(1), tmp_path / "x")
-    _write_policy_state(tmp_path / "ckpt" / "policies" / "b", _rllib_state(2), tmp_path / "x")
+    for pid, seed in (("a", 1), ("b", 2)):
+        directory = tmp_path / "ckpt" / "policies" / pid
+        directory.mkdir(parents=True)
+        (directory / "policy_state.pkl").write_bytes(pickle.dumps({"weights": _rllib_state(seed)}))
     with pytest.raises(WeightImportError, match=r"holds policies \['a', 'b'\]"):
         read_weights_file(tmp_path / "ckpt")
     read = read_weights_file(tmp_path / "ckpt", policy_id="b")
@@ -214,9 +228,16 @@ def test_checkpoint_with_several_policies_needs_an_id(tmp_path):
 def test_checkpoint_with_non_array_weights_is_refused(tmp_path):
     directory = tmp_path / "p"
     directory.mkdir()
-    state = {"weights": {"w": torch.zeros(2)}}
-    (directory / "policy_state.pkl").write_bytes(pickle.dumps(state))
+    (directory / "policy_state.pkl").write_bytes(pickle.dumps({"weights": {"w": [0.0, 1.0]}}))
     with pytest.raises(WeightImportError, match="numeric arrays"):
+        read_weights_file(directory)
+
+
+def test_checkpoint_with_torch_tensors_is_refused_by_name(tmp_path):
+    directory = tmp_path / "p"
+    directory.mkdir()
+    (directory / "policy_state.pkl").write_bytes(pickle.dumps({"weights": {"w": torch.zeros(2)}}))
+    with pytest.raises(WeightImportError, match=r"refusing to build or call torch\."):
         read_weights_file(directory)
 
 

@@ -1,0 +1,54 @@
+"""``rlserve export CHECKPOINT --out DIR`` as one function (needs torch).
+
+    bundle = export_checkpoint("path/to/checkpoint", "my-policy", policy_id=None)
+
+Everything comes from the checkpoint (``rlserve.models.checkpoint.read_checkpoint``): spaces, model
+config, filter statistics, ``normalize_actions``/``clip_actions``/``explore`` and weights.
+A server that serves a checkpoint directly exports it this way into a directory of its
+own. The command line adds overrides (``models/export/cli.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rlserve.models.checkpoint import CheckpointError, PolicyCheckpoint, read_checkpoint
+from rlserve.models.export.bundle import Bundle
+
+__all__ = ["export_checkpoint"]
+
+
+def export_checkpoint(
+    checkpoint: str | Path | PolicyCheckpoint,
+    out_dir: str | Path,
+    *,
+    policy_id: str | None = None,
+    formats: Sequence[str] = ("onnx", "torchscript"),
+    name: str | None = None,
+    version: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Bundle:
+    """Export one policy of an RLlib checkpoint to a verified bundle at ``out_dir``.
+
+    Raises ``CheckpointError`` when the checkpoint cannot be read or lacks the filter its
+    config names, ``WeightImportError`` when its weights do not fit the model its config
+    describes, ``BundleError`` when a runtime disagrees with eager torch.
+    """
+    from rlserve.models.catalog import build_model
+    from rlserve.models.export.describe import describe_action_dist
+    from rlserve.models.export.exporter import export_bundle
+    from rlserve.models.rllib_import import load_rllib_weights
+
+    ckpt = checkpoint if isinstance(checkpoint, PolicyCheckpoint) else read_checkpoint(checkpoint, policy_id)
+    if ckpt.filter_missing:
+        raise CheckpointError(ckpt.filter_missing)
+    model = build_model(ckpt.observation_space, ckpt.action_space, ckpt.model_config)
+    load_rllib_weights(model, ckpt.weights)
+    return export_bundle(
+        model.eval(), obs_space=ckpt.observation_space, action_space=ckpt.action_space,
+        model_config=ckpt.model_config, out_dir=out_dir, formats=formats, filter_state=ckpt.filter_state,
+        name=name or ckpt.policy_id or Path(out_dir).name, version=version, progress=progress,
+        explore=ckpt.explore, action_dist=describe_action_dist(ckpt.action_space, ckpt.model_config),
+        normalize_actions=ckpt.normalize_actions, clip_actions=ckpt.clip_actions, source=ckpt.source_json(),
+    )
