@@ -63,7 +63,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     repository = settings.repository or DEFAULT_MODELS
     if registry is None:
         registry = ModelRegistry(settings, metrics)
-        _load_models(registry, repository, settings)
+        if settings.repository is not None or not settings.checkpoints:
+            _load_models(registry, repository, settings)
+        registry.load_checkpoints(settings.checkpoints)
     metrics.watch_sessions(registry.session_counts)
     service = ActService(registry, metrics)
 

@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
                     "RLSERVE_* environment variables; without --repository the embedded default "
                     "models are served.")
     parser.add_argument("--repository", type=Path, help="directory of bundles (dirs or .rlsb archives)")
+    parser.add_argument("--checkpoint", action="append", metavar="[NAME=]DIR",
+                        help="an RLlib checkpoint directory to export and serve (repeatable; needs torch); "
+                             "the model is named NAME, else after the directory")
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
@@ -30,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
 def serve_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
-                                   "log_level": args.log_level}.items() if v is not None}
+                                   "log_level": args.log_level, "checkpoints": args.checkpoint}.items()
+                 if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:

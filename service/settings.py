@@ -21,8 +21,12 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RLSERVE_", extra="forbid", frozen=True)
 
-    # Where bundles live. None serves the embedded defaults in service/default_models/.
+    # Where bundles live. None serves the embedded defaults in service/default_models/
+    # (unless checkpoints are given).
     repository: Path | None = None
+    # RLlib checkpoint directories to export at start and serve, as "PATH" or "NAME=PATH"
+    # (JSON list in the environment); needs torch.
+    checkpoints: list[str] = []
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     # The admin API is disabled unless a token is set; there is deliberately no default.

@@ -140,7 +140,10 @@ class ActService:
             keys = frozenset((first.id,))
         else:
             keys = frozenset(s.id for s in sessions if s is not None)
-        return _Accepted(started, name, policy, rows.single, req.unsquash_actions, req.clip_actions, req.debug,
+        unsquash = policy.unsquash_default if req.unsquash_actions is None else req.unsquash_actions
+        # RLlib clips only what it does not unsquash (unsquashing already lands in the bounds).
+        clip = (policy.clip_default and not unsquash) if req.clip_actions is None else req.clip_actions
+        return _Accepted(started, name, policy, rows.single, unsquash, clip, req.debug,
                          step, sessions, Job(step, step.rows, keys))
 
     def _finish(self, accepted: _Accepted, output: StepOutput, info: BatchInfo) -> bytes:
@@ -243,6 +246,7 @@ class ActService:
         policy, step, single = accepted.policy, accepted.step, accepted.single
         batch, start, stop = output.batch, output.start, output.stop
         pick = _item if single else _rows  # the single form answers with the row itself
+        raw_action = pick(batch.actions_json, start, stop)
         if accepted.unsquash or accepted.clip:
             actions = output.actions()
             if accepted.unsquash:
@@ -252,7 +256,7 @@ class ActService:
             encoded = codec.encode_batch(policy.pipeline.action_space, actions)
             action = encoded[0] if single else encoded
         else:
-            action = pick(batch.actions_json, start, stop)
+            action = raw_action
         response = ActResponse(model=policy.name, version=policy.version, explore=step.explore,
                                logp=None if batch.logp is None else pick(batch.logp, start, stop))
         if single:
@@ -267,6 +271,8 @@ class ActService:
                 response.entropy = None if batch.entropy is None else pick(batch.entropy, start, stop)
             if "dist_inputs" in extras and batch.dist_inputs is not None:
                 response.dist_inputs = pick(batch.dist_inputs, start, stop)
+            if "raw_action" in extras:
+                response.raw_action = raw_action
         if step.has_sessions:
             ids = [None if s is None else s.id for s in step.sessions]
             if single:

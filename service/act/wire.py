@@ -19,7 +19,7 @@ import msgspec
 from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
 from rlserve.service.step.rows import Rows
 
-Extra = Literal["value", "entropy", "dist_inputs"]
+Extra = Literal["value", "entropy", "dist_inputs", "raw_action"]
 
 
 class Seed(int):
@@ -76,8 +76,10 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     seed: Seed | None = None
     seeds: list[Seed | None] | None = None
     explore: bool | None = None
-    clip_actions: bool = False
-    unsquash_actions: bool = False
+    # How ``action`` is made from the model's sample: unset follows the bundle (RLlib's
+    # normalize_actions / clip_actions as the policy was trained with).
+    clip_actions: bool | None = None
+    unsquash_actions: bool | None = None
     outputs: list[Extra] = []
     debug: bool = False
 
@@ -107,6 +109,9 @@ class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     value: Any = msgspec.UNSET
     entropy: Any = msgspec.UNSET
     dist_inputs: Any = msgspec.UNSET
+    # The model's own sample (before unsquash/clip): what a recurrent model is fed back as
+    # its previous action. Only with ``outputs: ["raw_action"]``.
+    raw_action: Any = msgspec.UNSET
     session_id: str | None | msgspec.UnsetType = msgspec.UNSET
     session_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET

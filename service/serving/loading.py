@@ -17,6 +17,7 @@ from rlserve.models.export.bundle import (
 )
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.batcher import Batcher
+from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
@@ -56,7 +57,8 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
     preparer = Preparer(pipeline, obs_dtype, default_explore=explore)
     step = BatchStep(manifest.signature, runtime, pipeline, sessions, preparer.mask_layout)
-    policy = Policy(bundle, runtime, pipeline, sessions, preparer, step)
+    policy = Policy(bundle, runtime, pipeline, sessions, preparer, step,
+                    unsquash_default=manifest.normalize_actions, clip_default=manifest.clip_actions)
     policy.batcher = Batcher(
         step.run, max_rows=settings.max_batch_size, max_delay_s=settings.max_batch_delay_ms / 1000.0,
         queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
@@ -66,7 +68,11 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     return policy
 
 
-def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) -> Policy:
+def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, *, name: str | None = None) -> Policy:
+    """A serving policy for a bundle directory, an ``.rlsb`` archive or an RLlib checkpoint
+    directory (exported here first; ``name`` names its model, default the directory's)."""
+    if is_checkpoint(path):
+        return build_policy(bundle_from_checkpoint(path, name), settings, metrics)
     try:
         bundle = load_bundle(path)
     except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
@@ -75,7 +81,8 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None) 
 
 
 def discover_bundles(root: Path) -> list[Path]:
-    """Bundle directories (holding a manifest) and ``*.rlsb`` archives under ``root``.
+    """Bundle directories (holding a manifest), ``*.rlsb`` archives and RLlib checkpoint
+    directories (holding ``rllib_checkpoint.json``; served under the directory's name) under ``root``.
 
     Looks two levels deep so both ``root/<bundle>/`` and ``root/<name>/<version>/``
     layouts work; hidden entries are skipped.
@@ -86,7 +93,7 @@ def discover_bundles(root: Path) -> list[Path]:
         for entry in sorted(folder.iterdir()):
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir() and (entry / MANIFEST_NAME).is_file():
+            if entry.is_dir() and ((entry / MANIFEST_NAME).is_file() or is_checkpoint(entry)):
                 found.append(entry)
             elif entry.is_dir() and depth > 0:
                 walk(entry, depth - 1)

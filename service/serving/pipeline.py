@@ -71,6 +71,11 @@ class Pipeline:
         """An env-space JSON action -> a model-space batch of one; ValueError if invalid."""
         return action_utils.actions_from_json(self.action_space, value)
 
+    def prev_action_from_json(self, value: Any) -> Any:
+        """A reported previous action -> a model-space batch of one; ValueError if invalid.
+        Float Box leaves are not held to the bounds: the model saw the raw sampled action."""
+        return action_utils.prev_action_from_json(self.action_space, value)
+
     def flatten_actions(self, actions: Any) -> np.ndarray:
         """(B, A) float32 rows as the model's prev_actions input wants them."""
         return np.asarray(action_utils.flatten_actions(self.action_space, actions), dtype=np.float32)

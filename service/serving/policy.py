@@ -28,6 +28,10 @@ class Policy:
     preparer: Preparer
     step: BatchStep
     batcher: Batcher | None = None  # attached once the record exists (the batcher runs ``step.run``)
+    # How a request's ``action`` is made from the model's sample unless it says otherwise:
+    # RLlib's normalize_actions (unsquash to the Box bounds) and clip_actions.
+    unsquash_default: bool = False
+    clip_default: bool = False
 
     @property
     def name(self) -> str:
@@ -68,6 +72,8 @@ class Policy:
                 "action_width": signature.prev.action_width,
             },
             "explore_default": self.preparer.default_explore,
+            "unsquash_actions_default": self.unsquash_default,
+            "clip_actions_default": self.clip_default,
             "action_mask": {"in_observation": self.preparer.mask_in_obs,
                             "width": None if layout is None else layout.width},
             "runtime": self.runtime.describe(),

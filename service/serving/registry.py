@@ -22,6 +22,7 @@ from rlserve.service.errors import (
     SessionNotFound,
     VersionConflict,
 )
+from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, load_policy
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
@@ -146,6 +147,17 @@ class ModelRegistry:
             except VersionConflict as exc:
                 self.failures[str(policy.bundle.root)] = exc.message
                 log.error("skipping %s: %s", policy.bundle.root, exc.message)
+
+    def load_checkpoints(self, checkpoints: list[str]) -> None:
+        """Export and serve RLlib checkpoints (``PATH`` or ``NAME=PATH``); failures are
+        logged and listed like the repository's."""
+        for spec in checkpoints:
+            name, path = parse_checkpoint_arg(spec)
+            try:
+                self.add(load_policy(path, self.settings, self.metrics, name=name))
+            except (BundleInvalid, VersionConflict) as exc:
+                self.failures[spec] = exc.message
+                log.error("skipping checkpoint %s: %s", spec, exc.message)
 
     def session_counts(self):
         for policy in self.policies():

@@ -163,7 +163,7 @@ class Preparer:
         for i, action in given:
             name = "prev_action" if rows.single else f"prev_actions[{i}]"
             try:
-                batch_of_one = pipeline.action_from_json(action)
+                batch_of_one = pipeline.prev_action_from_json(action)
             except ValueError as exc:
                 raise InvalidInput(f"{name}: {exc}", field=name, expected=codec.describe_space(pipeline.action_space),
                                    received=action) from None

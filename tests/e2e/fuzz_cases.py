@@ -169,7 +169,7 @@ def field_cases() -> Iterator[Case]:
     typed = {  # field -> wrong values (msgspec refuses them at decode: 400 naming the field)
         "session_id": [5, ["a"], {"a": 1}, True], "episode_start": ["yes", 1, None],
         "reward": ["1", True, [1.0], {"r": 1}, Raw("1e400")], "seed": [-1, 1.5, "1", Raw("9" * 5000), [1]],
-        "explore": ["yes", 1, [], {}], "clip_actions": [1, "x", None], "unsquash_actions": ["x", 0],
+        "explore": ["yes", 1, [], {}], "clip_actions": [1, "x", []], "unsquash_actions": ["x", 0],
         "debug": [None, 1, "true"], "outputs": ["value", {"value": 1}, None, 5],
     }
     for name, values in typed.items():

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.e2e
 README = REPO / "README.md"
 DEFAULT_PORT = "127.0.0.1:8000"
 TOKEN = "change-me"
+# A real RLlib checkpoint of a CartPole policy, for the README's `$CHECKPOINT` lines.
+CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_cartpole_msgpack" / "checkpoint"
 
 
 def readme_blocks() -> list[list[str]]:
@@ -51,6 +53,8 @@ def _kind(line: str) -> str:
         return "demo"
     if line.startswith("python scripts/"):
         return "script"
+    if line.startswith("rlserve serve --checkpoint "):
+        return "checkpoint-serve"
     if "rlserve serve" in line:
         return "serve"
     if line.startswith(("pip install", "python -m pip install")):
@@ -136,10 +140,12 @@ def test_export_and_admin_commands(tmp_path):
         port = _port(url)
         _export_inputs(repo)
         for line in [line for line in readme_lines() if _kind(line) == "export"]:
-            out = _run(line, port, repo)
+            out = _run(line, port, repo, {"CHECKPOINT": str(CHECKPOINT)})
             if line.startswith("rlserve inspect"):
                 assert "Discrete" in out and "sha256" in out.lower()
         assert (repo / "my-policy" / "manifest.json").is_file() and (repo / "my-policy.rlsb").is_file()
+        assert json.loads((repo / "my-policy" / "manifest.json").read_text())["source"], "not from the checkpoint"
+        assert (repo / "my-npz-policy" / "manifest.json").is_file()
 
         token_line = next(line for line in readme_lines() if _kind(line) == "admin-env")
         env = {"RLSERVE_ADMIN_TOKEN": token_line.split("=", 1)[1]}
@@ -151,6 +157,15 @@ def test_export_and_admin_commands(tmp_path):
         assert uploaded["name"] == "my-policy"
         act = _run(f"curl -s -X POST {DEFAULT_PORT}/v1/models/my-policy/act -d '{{\"observation\": [0, 0, 0, 0]}}'",
                    port, repo)
+        assert _json_ok("act on my-policy", act)["action"] in (0, 1)
+
+
+def test_serve_a_checkpoint_in_one_command(tmp_path):
+    (line,) = [line for line in readme_lines() if _kind(line) == "checkpoint-serve"]
+    args = shlex.split(line.replace("$CHECKPOINT", str(CHECKPOINT)))[2:]
+    with running_server(args, cwd=tmp_path) as url:
+        act = _run(f"curl -s -X POST {DEFAULT_PORT}/v1/models/my-policy/act -d '{{\"observation\": [0, 0, 0, 0]}}'",
+                   _port(url), tmp_path)
         assert _json_ok("act on my-policy", act)["action"] in (0, 1)
 
 

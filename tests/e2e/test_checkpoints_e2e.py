@@ -1,0 +1,141 @@
+"""Real RLlib checkpoints served over HTTP answer as RLlib did.
+
+Every case of ``checkpoint_cases`` (RLSERVE_CHECKPOINT_DIR plus tests/fixtures/checkpoints)
+is exported with the real command line (``rlserve export CHECKPOINT --out``) into one
+repository, served by a real ``rlserve serve`` process, and asked over HTTP:
+
+- the ~100 recorded observations, each from the initial state, deterministic: the model's
+  action (``outputs: ["raw_action"]``) equals RLlib's, ``action`` equals what RLlib hands
+  the environment (unsquashed when the policy normalises actions), and dist_inputs, value
+  and logp match;
+- recurrent cases: the recorded episode stepped in a server-side session, reporting
+  RLlib's previous reward and the action RLlib actually took (its raw sample, routinely
+  outside a Box's bounds) as ``prev_action``; every step's outputs match.
+
+``rlserve serve --checkpoint`` (exported in the server process itself) is checked on one case.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from checkpoint_cases import CheckpointCase, case_ids, checkpoint_dir, load_checkpoint_case
+from server_process import rlserve_command, running_server
+
+pytestmark = pytest.mark.e2e
+
+RTOL = ATOL = 1e-5
+
+
+def _model_name(case: CheckpointCase) -> str:
+    return case.id.replace("/", "-")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    ids = case_ids()
+    if not ids:
+        pytest.fail(f"no checkpoint cases found: set RLSERVE_CHECKPOINT_DIR (looked in {checkpoint_dir()})")
+    repo = tmp_path_factory.mktemp("repo")
+    for case_id in ids:
+        case = load_checkpoint_case(case_id)
+        out = repo / _model_name(case)
+        proc = subprocess.run([*rlserve_command(), "export", str(case.checkpoint), "--out", str(out),
+                               "--name", _model_name(case), "--quiet"], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"rlserve export {case.checkpoint} failed:\n{proc.stdout}\n{proc.stderr}"
+    with running_server(["--repository", str(repo)]) as url, httpx.Client(base_url=url, timeout=60) as client:
+        yield client
+
+
+def _close(actual: Any, expected: Any, what: str) -> None:
+    np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
+                               rtol=RTOL, atol=ATOL, err_msg=what)
+
+
+def _act(client: httpx.Client, case: CheckpointCase, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(f"/v1/models/{_model_name(case)}/act", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _env_action(case: CheckpointCase, ref: dict[str, Any], i: int) -> Any:
+    unsquashed = ref.get("action_unsquashed")
+    if case.reference.get("normalize_actions") and unsquashed:
+        return unsquashed[i]
+    return ref["action"][i]
+
+
+def _same(actual: Any, expected: Any, what: str) -> None:
+    if np.issubdtype(np.asarray(expected).dtype, np.integer):
+        assert actual == expected, f"{what}: {actual} != {expected}"
+    else:
+        _close(actual, expected, what)
+
+
+@pytest.mark.parametrize("case_id", case_ids() or ["<none>"])
+def test_fixed_observations_over_http(server: httpx.Client, case_id: str) -> None:
+    case = load_checkpoint_case(case_id)
+    fixed = case.reference["fixed"]
+    got = _act(server, case, {"observations": fixed["obs"], "explore": False,
+                              "outputs": ["raw_action", "value", "dist_inputs"]})
+    for i in range(len(fixed["obs"])):
+        where = f"{case_id} fixed[{i}]"
+        _same(_flat(got["raw_action"][i]), _flat(fixed["action"][i]), f"{where}: model action")
+        _same(_flat(got["actions"][i]), _flat(_env_action(case, fixed, i)), f"{where}: env action")
+    _close(got["dist_inputs"], fixed["dist_inputs"], f"{case_id}: dist_inputs")
+    _close(got["value"], fixed["value"], f"{case_id}: value")
+    _close(got["logp"], fixed["logp"], f"{case_id}: logp of the deterministic action")
+
+
+def _recurrent_ids() -> list[str]:
+    return [i for i in case_ids() if load_checkpoint_case(i).recurrent]
+
+
+@pytest.mark.parametrize("case_id", _recurrent_ids())
+def test_recurrent_episode_over_http_with_raw_previous_actions(server: httpx.Client, case_id: str) -> None:
+    case = load_checkpoint_case(case_id)
+    episode = case.reference["episode"]
+    session = f"replay-{_model_name(case)}"
+    for t, obs in enumerate(episode["obs"]):
+        body: dict[str, Any] = {"observation": obs, "session_id": session, "explore": False,
+                                "outputs": ["raw_action", "value", "dist_inputs"]}
+        if t == 0:
+            body["episode_start"] = True
+        else:
+            body["prev_action"] = episode["taken_action"][t - 1]  # RLlib's raw sample, unclipped
+            body["reward"] = episode["reward"][t - 1]
+        got = _act(server, case, body)
+        where = f"{case_id} step {t}"
+        _same(_flat(got["raw_action"]), _flat(episode["action"][t]), f"{where}: model action")
+        _same(_flat(got["action"]), _flat(_env_action(case, episode, t)), f"{where}: env action")
+        _close(got["dist_inputs"], episode["dist_inputs"][t], f"{where}: dist_inputs")
+        _close(got["value"], episode["value"][t], f"{where}: value")
+        _close(got["logp"], episode["logp"][t], f"{where}: logp")
+
+
+def _flat(value: Any) -> Any:
+    """A JSON action as a flat list (Dict/Tuple leaves in order), or a scalar as itself."""
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in np.ravel(_flat(value[k])).tolist()]
+    if isinstance(value, list):
+        return np.ravel(np.asarray([_flat(v) for v in value], dtype=object).tolist()).tolist()
+    return value
+
+
+def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
+    """`rlserve serve --checkpoint NAME=DIR` exports in the server and serves RLlib's answers."""
+    case_id = (_recurrent_ids() or case_ids())[0]
+    case = load_checkpoint_case(case_id)
+    fixed = case.reference["fixed"]
+    with running_server(["--checkpoint", f"mine={case.checkpoint}"]) as url, httpx.Client(base_url=url) as client:
+        assert [m["name"] for m in client.get("/v1/models").json()["models"]] == ["mine"]
+        got = client.post("/v1/models/mine/act", json={"observations": fixed["obs"][:10], "explore": False,
+                                                        "outputs": ["raw_action", "value"]}).json()
+    for i in range(10):
+        _same(_flat(got["raw_action"][i]), _flat(fixed["action"][i]), f"{case_id} fixed[{i}]: model action")
+    _close(got["value"], fixed["value"][:10], f"{case_id}: value")
