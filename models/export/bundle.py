@@ -29,7 +29,7 @@ import numpy as np
 
 from rlserve.models.export.archive import check_plain_name, pack_bundle, unpack_bundle
 from rlserve.models.export.errors import BundleError
-from rlserve.models.export.verify import compare_outputs
+from rlserve.models.export.verify import MAX_RTOL, compare_outputs
 from rlserve.models.interface import ModelSignature
 
 __all__ = [
@@ -393,16 +393,22 @@ def verify_reference(
     run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
     rtol: float | None = None,
     atol: float | None = None,
+    max_rtol: float | None = None,
 ) -> dict[str, float]:
     """Run the reference inputs through ``run`` and compare with the stored outputs.
 
-    ``run`` maps input name -> array to output name -> array (any runtime). ``rtol`` and
-    ``atol`` default to the tolerances the exporter verified with. Returns the max absolute
-    difference per output; raises ``BundleError`` naming the first output that disagrees.
+    ``run`` maps input name -> array to output name -> array (any runtime). ``rtol``,
+    ``atol`` and ``max_rtol`` (float32 rounding relative to an output's largest magnitude,
+    see ``rlserve.models.export.verify``) default to what the exporter verified with; a bundle
+    written before ``max_rtol`` was recorded gets today's ``MAX_RTOL``, which only widens
+    its old bound by that rounding term. Returns the max absolute difference per output;
+    raises ``BundleError`` naming the first output that disagrees.
     """
     ref = bundle.manifest.reference
     rtol = float(ref.get("rtol", 1e-4)) if rtol is None else rtol
     atol = float(ref.get("atol", 1e-5)) if atol is None else atol
+    max_rtol = float(ref.get("max_rtol", MAX_RTOL)) if max_rtol is None else max_rtol
     inputs, expected = bundle.reference()
     actual = run(dict(inputs))
-    return compare_outputs(actual, expected, rtol, atol, what=f"bundle {bundle.manifest.name!r}")
+    return compare_outputs(actual, expected, rtol, atol, what=f"bundle {bundle.manifest.name!r}",
+                           max_rtol=max_rtol)
