@@ -136,8 +136,10 @@ def _files(files: dict[str, dict[str, Any]]) -> str:
 
 def _reference(ref: dict[str, Any]) -> str:
     diffs = ", ".join(f"{k} {v:.2g}" for k, v in (ref.get("max_abs_diff") or {}).items())
+    # max_rtol: the float32 rounding allowed relative to each output's largest value (docs/export.md).
+    scaled = "" if ref.get("max_rtol") is None else f" max_rtol={ref['max_rtol']}"
     return (
         f"reference: {ref.get('file')} (batch {ref.get('batch_size')}), verified at export for batch sizes "
-        f"{ref.get('checked_batch_sizes')} with rtol={ref.get('rtol')} atol={ref.get('atol')}; "
+        f"{ref.get('checked_batch_sizes')} with rtol={ref.get('rtol')} atol={ref.get('atol')}{scaled}; "
         f"max |runtime - eager|: {diffs or 'n/a'}"
     )
