@@ -20,7 +20,10 @@ CHECKPOINT_MARKER = "rllib_checkpoint.json"
 
 def is_checkpoint(path: Path) -> bool:
     """An RLlib checkpoint directory (algorithm or policy level), not a bundle."""
-    return path.is_dir() and (path / CHECKPOINT_MARKER).is_file()
+    try:
+        return path.is_dir() and (path / CHECKPOINT_MARKER).is_file()
+    except OSError:  # e.g. a name past NAME_MAX: not a checkpoint (the bundle loader says why)
+        return False
 
 
 def parse_checkpoint_arg(value: str) -> tuple[str | None, Path]:

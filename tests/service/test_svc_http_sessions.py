@@ -96,7 +96,10 @@ async def test_bad_input_does_not_touch_the_session(make_client):
     # A bad request for "probe": invalid observation plus a reward and an action report.
     bad = await act(client, "probe", [1, 2], reward=5.0, prev_action=[0.5, 0.5])
     assert bad.status_code == 422
-    bad = await act(client, "probe", steps[1], reward=5.0, prev_action=[7.0, 0.0])  # outside the Box
+    # Not finite as float32. (Outside the Box is fine: a previous action is the raw sample.)
+    bad = await act(client, "probe", steps[1], reward=5.0, prev_action=[1e39, 0.0])
+    assert bad.status_code == 422 and error_of(bad)["field"] == "prev_action"
+    bad = await act(client, "probe", steps[1], reward=5.0, prev_action=[0.5])  # wrong shape
     assert bad.status_code == 422 and error_of(bad)["field"] == "prev_action"
     for obs in steps[1:]:
         a = (await act(client, "probe", obs, explore=False, outputs=["dist_inputs"])).json()
