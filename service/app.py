@@ -32,6 +32,7 @@ from rlserve.service.errors import (
     ServiceError,
     error_reply,
 )
+from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.settings import Settings
@@ -81,7 +82,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes)
     for router in (health.router, act.router, listing.router, sessions.router, admin.router):
         app.include_router(router)
-    _install_error_handlers(app, metrics)
+    _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -107,8 +108,7 @@ async def _lifespan(app: RLServeApp):
         app.state.shutting_down = True
         sweeper.cancel()
         for policy in app.state.registry.policies():
-            if policy.batcher is not None:
-                await policy.batcher.close()
+            await policy.close()  # uploaded archives' unpacked files too
 
 
 async def _sweep_sessions(app: RLServeApp) -> None:
@@ -120,9 +120,9 @@ async def _sweep_sessions(app: RLServeApp) -> None:
             policy.sessions.expire_idle()
 
 
-def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor) -> None:
     def respond(exc: ServiceError) -> Response:
-        status, body, headers = error_reply(exc, metrics)
+        status, body, headers = error_reply(redact(exc), metrics)
         return Response(body, status_code=status, media_type="application/json",
                         headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers} or None)
 

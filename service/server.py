@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlserve.service.settings import Settings
+from rlserve.service.settings import Settings, UnknownSetting
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def serve_main(argv: list[str] | None = None) -> int:
                  if v is not None}
     try:
         settings = Settings(**overrides)
-    except ValidationError as exc:
+    except (ValidationError, UnknownSetting) as exc:
         print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,16 +1,35 @@
 """Service configuration, read from ``RLSERVE_*`` environment variables.
 
 Every knob is validated when ``Settings`` is built, so a typo fails at start with a
-message naming the valid choices instead of surfacing on the first request.
+message naming the valid choices instead of surfacing on the first request. That includes
+the variable names: an ``RLSERVE_*`` variable that is no setting (``RLSERVE_MAX_BATCH_SIZ``)
+stops the start with the closest setting's name, unless it is one of ``NOT_SETTINGS``.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from rlserve.models.export.archive import MAX_UNPACKED_BYTES
+
+PREFIX = "RLSERVE_"
+# RLSERVE_* variables the project reads that are not server settings, so a shell that sets
+# them for those tools can still start the server. A new one belongs here (and in the README).
+NOT_SETTINGS = {
+    "RLSERVE_URL": "the server docker/load_model.sh talks to",
+    "RLSERVE_GPU_PORT": "the GPU service's host port in docker/compose.yaml",
+    "RLSERVE_ORACLE_DIR": "the RLlib fixtures the tests compare with",
+    "RLSERVE_CHECKPOINT_DIR": "the RLlib checkpoints the tests compare with",
+    "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
+    "RLSERVE_CI_VENV": "where .ci/run builds its environment",
+}
 
 RuntimeName = Literal["auto", "onnx", "torchscript"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
@@ -57,11 +76,26 @@ class Settings(BaseSettings):
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # The most bytes one .rlsb archive (uploaded or in the repository) may unpack to.
+    max_unpacked_bytes: int = Field(MAX_UNPACKED_BYTES, ge=1)
     fast_act_path: bool = True  # serve /act through the raw ASGI handler
     # With fast_act_path, `rlserve serve` answers /act inside uvicorn's HTTP protocol,
     # without an ASGI task per request (service/act_protocol.py); False keeps it on ASGI.
     act_protocol: bool = True
     log_level: LogLevel = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Before any value is read: the environment holds no RLSERVE_* name that is no setting.
+        check_environment(os.environ)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @field_validator("repository")
     @classmethod
@@ -73,3 +107,32 @@ class Settings(BaseSettings):
     def _non_empty(cls, value: str | None) -> str | None:
         # An empty variable means "not set", never "the empty password".
         return value or None
+
+
+class UnknownSetting(ValueError):
+    """An ``RLSERVE_*`` environment variable names no setting (a typo, or a removed one)."""
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Raise ``UnknownSetting`` naming every ``RLSERVE_*`` variable of ``environ`` that is
+    neither a setting nor one of ``NOT_SETTINGS``, each with the closest setting's name.
+
+    Names compare case-insensitively, as pydantic-settings reads them.
+    """
+    settings = {PREFIX + name.upper() for name in Settings.model_fields}
+    unknown = sorted(key for key in environ
+                     if key.upper().startswith(PREFIX) and key.upper() not in settings | NOT_SETTINGS.keys())
+    if unknown:
+        raise UnknownSetting("\n".join(_unknown_setting(key, settings) for key in unknown))
+
+
+def _unknown_setting(key: str, settings: set[str]) -> str:
+    typed, names = key.upper()[len(PREFIX):], sorted(name[len(PREFIX):] for name in settings)
+    # A near spelling (MAX_BATCH_SIZ), else a shortened name inside one (REPO, TOKEN), else
+    # a looser spelling.
+    close = (difflib.get_close_matches(typed, names, n=1, cutoff=0.75)
+             or sorted((n for n in names if len(typed) >= 3 and typed in n), key=len)[:1]
+             or difflib.get_close_matches(typed, names, n=1, cutoff=0.6))
+    hint = (f"did you mean {PREFIX}{close[0]}?" if close
+            else f"no setting has a similar name; the settings are {', '.join(sorted(settings))}")
+    return f"unknown setting {key} in the environment: {hint}"

@@ -27,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.models.export.archive import check_plain_name, pack_bundle, unpack_bundle
+from rlserve.models.export.archive import (
+    MANIFEST_NAME,
+    MAX_UNPACKED_BYTES,
+    check_plain_name,
+    pack_bundle,
+    unpack_bundle,
+)
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.verify import MAX_RTOL, compare_outputs
 from rlserve.models.interface import ModelSignature
@@ -49,7 +55,6 @@ __all__ = [
 
 FORMAT = "rlserve-bundle"
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "format_version": int,
@@ -236,6 +241,21 @@ class Bundle:
     # Keeps the extraction directory of an archive alive as long as the bundle.
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
 
+    def close(self) -> None:
+        """Delete the directory an archive was unpacked into; the bundle is unusable after.
+
+        A bundle loaded from a directory owns nothing: its files are never touched.
+        """
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Bundle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def path(self, name: str) -> Path:
         if name not in self.manifest.files:
             raise BundleError(f"{name!r} is not a file of this bundle; it has {sorted(self.manifest.files)}")
@@ -255,7 +275,7 @@ class Bundle:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except (OSError, ValueError) as exc:
-            raise BundleError(f"{path}: unreadable reference file: {exc}") from exc
+            raise BundleError(f"{path.name}: unreadable reference file: {exc}") from exc
         inputs = _strip(arrays, "inputs/")
         outputs = _strip(arrays, "outputs/")
         _expect_names("reference inputs", inputs, self.manifest.input_names)
@@ -274,11 +294,19 @@ def _expect_names(what: str, got: Mapping[str, Any], expected: list[str]) -> Non
 
 # --------------------------------------------------------------------------- loading
 
-def load_bundle(path_or_archive: str | os.PathLike[str], *, verify_checksums: bool = True) -> Bundle:
+def load_bundle(
+    path_or_archive: str | os.PathLike[str],
+    *,
+    verify_checksums: bool = True,
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
+) -> Bundle:
     """Load a bundle directory or ``*.rlsb`` archive; raises ``BundleError`` when unusable.
 
-    An archive is unpacked (safely) into a temporary directory owned by the ``Bundle``.
-    With ``verify_checksums`` the manifest digest and every file's sha256 are checked.
+    An archive is unpacked (safely, at most ``max_unpacked_bytes``, see ``archive.py``)
+    into a temporary directory owned by the ``Bundle``: ``Bundle.close()`` deletes it (so
+    does garbage collection, eventually). With ``verify_checksums`` the manifest digest and
+    every file's sha256 are checked. Messages name files inside the bundle, never the
+    directory it was unpacked into.
     """
     path = Path(path_or_archive)
     if path.is_dir():
@@ -287,7 +315,7 @@ def load_bundle(path_or_archive: str | os.PathLike[str], *, verify_checksums: bo
         raise BundleError(f"bundle {str(path)!r} does not exist")
     tmp = tempfile.TemporaryDirectory(prefix="rlsb-")
     try:
-        unpack_bundle(path, tmp.name)
+        unpack_bundle(path, tmp.name, max_unpacked_bytes=max_unpacked_bytes)
         bundle = _load_dir(Path(tmp.name), verify_checksums, tmp=tmp)
     except BaseException:
         tmp.cleanup()
@@ -298,7 +326,7 @@ def load_bundle(path_or_archive: str | os.PathLike[str], *, verify_checksums: bo
 
 def _load_dir(root: Path, verify: bool, tmp: tempfile.TemporaryDirectory | None) -> Bundle:
     data = _read_manifest(root)
-    _check_structure(data, root)
+    _check_structure(data)
     if verify:
         _check_digests(data, root)
     return Bundle(root=root, manifest=Manifest(data), _tmp=tmp)
@@ -307,13 +335,13 @@ def _load_dir(root: Path, verify: bool, tmp: tempfile.TemporaryDirectory | None)
 def _read_manifest(root: Path) -> dict[str, Any]:
     path = root / MANIFEST_NAME
     if not path.is_file() or path.is_symlink():
-        raise BundleError(f"{root}: no {MANIFEST_NAME} (is this a bundle directory?)")
+        raise BundleError(f"no {MANIFEST_NAME} (is this a bundle directory?)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise BundleError(f"{path}: not valid JSON: {exc}") from exc
+        raise BundleError(f"{MANIFEST_NAME}: not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise BundleError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise BundleError(f"{MANIFEST_NAME}: expected a JSON object, got {type(data).__name__}")
     return data
 
 
@@ -321,8 +349,8 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _check_structure(data: dict[str, Any], root: Path) -> None:
-    where = root / MANIFEST_NAME
+def _check_structure(data: dict[str, Any]) -> None:
+    where = MANIFEST_NAME
     if data.get("format") != FORMAT:
         raise BundleError(f"{where}: 'format' is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("format_version")
@@ -348,7 +376,7 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
 
 
-def _check_signature(data: dict[str, Any], where: Path) -> None:
+def _check_signature(data: dict[str, Any], where: str) -> None:
     try:
         sig = ModelSignature.from_json(data["signature"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -362,7 +390,7 @@ def _check_signature(data: dict[str, Any], where: Path) -> None:
         raise BundleError(f"{where}: signature.num_outputs {sig.num_outputs} != num_outputs {data['num_outputs']}")
 
 
-def _check_file_refs(data: dict[str, Any], where: Path) -> None:
+def _check_file_refs(data: dict[str, Any], where: str) -> None:
     refs = [(f"runtimes.{k}.file", v.get("file") if isinstance(v, dict) else None) for k, v in data["runtimes"].items()]
     refs.append(("reference.file", data["reference"].get("file")))
     if not data["runtimes"]:
@@ -373,17 +401,17 @@ def _check_file_refs(data: dict[str, Any], where: Path) -> None:
 
 
 def _check_digests(data: dict[str, Any], root: Path) -> None:
-    where = root / MANIFEST_NAME
+    where = MANIFEST_NAME
     if manifest_digest(data) != data["manifest_sha256"]:
         raise BundleError(f"{where}: manifest_sha256 does not match the manifest body; the manifest was modified")
     for name, entry in data["files"].items():
         path = root / name
         if not path.is_file() or path.is_symlink():
-            raise BundleError(f"{root}: listed file {name!r} is missing (or not a regular file)")
+            raise BundleError(f"listed file {name!r} is missing (or not a regular file)")
         expected = entry.get("sha256") if isinstance(entry, dict) else None
         actual = sha256_file(path)
         if actual != expected:
-            raise BundleError(f"{path}: sha256 {actual} does not match the manifest's {expected}; the file was modified")
+            raise BundleError(f"{name}: sha256 {actual} does not match the manifest's {expected}; the file was modified")
 
 
 # --------------------------------------------------------------------------- reference check

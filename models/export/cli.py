@@ -339,10 +339,12 @@ def inspect_main(argv: list[str]) -> int:
     try:
         bundle = load_bundle(args.bundle, verify_checksums=not args.no_verify)
     except BundleError as exc:
-        print(f"rlserve inspect: error: {exc}", file=sys.stderr)
+        # The bundle's messages name files inside it; say which bundle they are about.
+        print(f"rlserve inspect: error: {args.bundle}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.json:
-        print(json.dumps(bundle.manifest.data, indent=2))
-    else:
-        print(format_manifest(bundle, verified=not args.no_verify))
+    with bundle:  # an archive's unpacked copy goes when we are done
+        if args.json:
+            print(json.dumps(bundle.manifest.data, indent=2))
+        else:
+            print(format_manifest(bundle, verified=not args.no_verify))
     return EXIT_OK

@@ -27,10 +27,13 @@ from rlserve.service.errors import (
     BundleInvalid,
     Forbidden,
     PathOutsideRepository,
+    ServiceError,
     Unauthorized,
 )
 from rlserve.service.serving.loading import ARCHIVE_SUFFIX, load_policy
 from rlserve.service.serving.registry import ModelRegistry
+
+UPLOAD = "uploaded archive"  # how errors name an upload (never by its temporary file)
 
 
 def require_admin(request: Request) -> None:
@@ -97,7 +100,7 @@ async def load(request: Request) -> JSONResponse:
         body = validate(LoadFromPath, parse_json(await read_body(request, body_limit(request))))
         path = resolve_in_repository(state.repository, body.path)
         try:
-            policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics)
+            policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics, shown=body.path)
         except BundleInvalid as exc:
             # Nothing loadable there: the path is what to fix.
             exc.field = exc.field or "path"
@@ -108,7 +111,11 @@ async def load(request: Request) -> JSONResponse:
         raise BadRequest("send JSON {\"path\": ...} or an archive as application/octet-stream",
                          field="Content-Type", expected=["application/json", "application/octet-stream"],
                          received=content_type)
-    _registry(request).add(policy)  # 409 if that version is loaded; the old one keeps serving
+    try:
+        _registry(request).add(policy)  # 409 if that version is loaded; the old one keeps serving
+    except ServiceError:
+        await policy.close()  # never registered: nothing else would delete an upload's files
+        raise
     return JSONResponse(Loaded(name=policy.name, version=policy.version, current=True).model_dump(), status_code=201)
 
 
@@ -125,22 +132,34 @@ async def _load_upload(request: Request):
         if size == 0:
             raise BadRequest("empty archive upload", field="body")
         # The bundle unpacks into its own temporary directory; the upload file can go.
-        return await asyncio.to_thread(load_policy, Path(tmp), state.settings, state.metrics)
+        try:
+            return await asyncio.to_thread(load_policy, Path(tmp), state.settings, state.metrics, shown=UPLOAD,
+                                           label=f"the {UPLOAD}")
+        except BundleInvalid as exc:
+            # The body is what to fix; ``received`` names the refused member when there is one.
+            exc.field = "body"
+            raise
     finally:
         os.unlink(tmp)
 
 
 def resolve_in_repository(repository: Path, relative: str) -> Path:
-    """``relative`` inside ``repository`` (symlinks resolved); 400 if it escapes it."""
+    """``relative`` inside ``repository`` (symlinks resolved); 400 if it escapes it.
+
+    Errors name the path as sent, never where the repository is on the server.
+    """
     root = repository.resolve()
     try:
         candidate = (root / relative).resolve()
     except (OSError, ValueError) as exc:  # a name past NAME_MAX, a symlink loop
-        raise BadRequest(f"path {relative!r} cannot be resolved: {exc}", field="path",
+        # An OSError's text ends with the full path; its strerror says enough.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadRequest(f"path {relative!r} cannot be resolved: {reason}", field="path",
                          expected="a bundle path inside the model repository", received=relative) from None
     if not candidate.is_relative_to(root):
         raise PathOutsideRepository(f"path {relative!r} resolves outside the model repository",
-                                    field="path", expected=f"a path inside {root}", received=relative)
+                                    field="path", expected="a path relative to the model repository, staying inside it",
+                                    received=relative)
     return candidate
 
 

@@ -3,6 +3,7 @@ store, the prepare and batch steps, and a batcher; and where bundles are found."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from rlserve.models.export.bundle import (
     load_bundle,
     verify_reference,
 )
+from rlserve.models.export.errors import ArchiveLimitError
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.batcher import Batcher
 from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
@@ -28,14 +30,18 @@ from rlserve.service.step.batch import BatchStep
 from rlserve.service.step.prepare import Preparer
 
 
-def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None) -> Policy:
+def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None, *,
+                 shown: str | None = None) -> Policy:
     """A ready-to-serve ``Policy`` for ``bundle``; raises ``BundleInvalid`` if unusable.
 
+    ``shown`` is how errors name the bundle (its path relative to the repository, or the
+    upload); the runtime's own messages have the bundle's directory replaced by it.
     Blocking (creates the runtime session, runs the reference check): call it from a
     worker thread when the event loop is serving.
     """
     manifest = bundle.manifest
     what = f"bundle {manifest.name!r} version {manifest.version!r}"
+    shown = what if shown is None else shown
     try:
         kind = choose_kind(list(manifest.runtimes), settings.runtime)
         runtime = open_runtime(
@@ -47,7 +53,9 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
             verify_reference(bundle, runtime.run)
         pipeline = Pipeline.from_manifest(manifest)
     except (BundleError, ValueError, OSError, RuntimeError) as exc:
-        raise BundleInvalid(f"{what} cannot be served: {exc}", received=str(bundle.root)) from exc
+        # A runtime names the files it could not read by their full path.
+        detail = str(exc).replace(f"{bundle.root}{os.sep}", "").replace(str(bundle.root), shown)
+        raise BundleInvalid(f"{what} cannot be served: {detail}", received=shown) from exc
     explore = manifest.explore if settings.default_explore is None else settings.default_explore
     sessions = SessionStore(
         manifest.signature, version=manifest.version, max_sessions=settings.max_sessions,
@@ -68,16 +76,55 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     return policy
 
 
-def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, *, name: str | None = None) -> Policy:
-    """A serving policy for a bundle directory, an ``.rlsb`` archive or an RLlib checkpoint
-    directory (exported here first; ``name`` names its model, default the directory's)."""
+def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, *,
+                shown: str | None = None, label: str | None = None, name: str | None = None) -> Policy:
+    """Load the bundle directory or archive at ``path``, or export the RLlib checkpoint
+    directory there (its model named ``name``, default the directory's), and build its policy.
+
+    Errors name the bundle as ``shown`` (the path relative to the repository, or the
+    upload; ``label`` is the phrase messages use, ``bundle 'shown'`` by default), never by
+    ``path``; a refused archive member is the error's ``received``. An archive unpacks into
+    a temporary directory owned by the policy's bundle (deleted by ``Policy.close``), to at
+    most ``settings.max_unpacked_bytes``; if the policy cannot be built, it is deleted at once.
+    """
+    shown = path.name if shown is None else shown
+    label = f"bundle {shown!r}" if label is None else label
     if is_checkpoint(path):
-        return build_policy(bundle_from_checkpoint(path, name), settings, metrics)
+        bundle = bundle_from_checkpoint(path, name)
+        try:
+            return build_policy(bundle, settings, metrics, shown=shown)
+        except BaseException:
+            bundle.close()
+            raise
     try:
-        bundle = load_bundle(path)
+        if not path.exists():
+            raise BundleInvalid(f"cannot load {label}: there is no such directory or archive", received=shown)
+        bundle = load_bundle(path, max_unpacked_bytes=settings.max_unpacked_bytes)
+    except ArchiveLimitError as exc:
+        raise BundleInvalid(f"cannot load {label}: {_hide(str(exc), path, shown)}",
+                            expected=f"an archive that unpacks to at most {exc.limit} bytes (RLSERVE_MAX_UNPACKED_BYTES)",
+                            received=exc.member or shown) from exc
     except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
-        raise BundleInvalid(f"cannot load bundle {str(path)!r}: {exc}", received=str(path)) from exc
-    return build_policy(bundle, settings, metrics)
+        member = exc.member if isinstance(exc, BundleError) else None
+        raise BundleInvalid(f"cannot load {label}: {_hide(_reason(exc), path, shown)}",
+                            received=member or shown) from exc
+    try:
+        return build_policy(bundle, settings, metrics, shown=shown)
+    except BaseException:
+        bundle.close()
+        raise
+
+
+def _reason(exc: Exception) -> str:
+    # An OSError's text carries the full path it failed on; its strerror says enough.
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _hide(text: str, path: Path, shown: str) -> str:
+    """``text`` with the path the server resolved replaced by the name the client gave."""
+    return text.replace(str(path), shown)
 
 
 def discover_bundles(root: Path) -> list[Path]:

@@ -33,6 +33,14 @@ class Policy:
     unsquash_default: bool = False
     clip_default: bool = False
 
+    async def close(self) -> None:
+        """Stop serving: the batcher fails what is queued (503), and the files an archive was
+        unpacked into are deleted (a bundle directory of the repository is never touched).
+        The runtime keeps nothing open on them: ONNX Runtime and torch read the model at load."""
+        if self.batcher is not None:
+            await self.batcher.close()
+        self.bundle.close()
+
     @property
     def name(self) -> str:
         return self.bundle.manifest.name

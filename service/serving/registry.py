@@ -85,7 +85,7 @@ class ModelRegistry:
         self.settings = settings
         self.metrics = metrics
         self.entries: dict[str, ModelEntry] = {}
-        self.failures: dict[str, str] = {}  # path -> why it did not load at start
+        self.failures: dict[str, str] = {}  # path in the repository -> why it did not load at start
 
     def entry(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
@@ -120,8 +120,7 @@ class ModelRegistry:
             for session_id in policy.sessions.ids():
                 entry.gone[session_id] = f"model version {v!r} was unloaded"
             policy.sessions.clear()
-            assert policy.batcher is not None  # build_policy attaches it before registering
-            await policy.batcher.close()
+            await policy.close()  # an uploaded archive's unpacked files go with it
             log.info("unloaded %s", policy.key)
         while len(entry.gone) > self.settings.session_tombstones:
             entry.gone.popitem(last=False)
@@ -133,20 +132,23 @@ class ModelRegistry:
 
     def load_repository(self, root: Path) -> None:
         """Load every bundle under ``root``; failures are logged and listed, not fatal."""
-        loaded: list[Policy] = []
+        loaded: list[tuple[str, Policy]] = []
         for path in discover_bundles(root):
+            # Named relative to the repository: failures are listed on the public /readyz.
+            shown = str(path.relative_to(root))
             try:
-                loaded.append(load_policy(path, self.settings, self.metrics))
+                loaded.append((shown, load_policy(path, self.settings, self.metrics, shown=shown)))
             except BundleInvalid as exc:
-                self.failures[str(path)] = exc.message
+                self.failures[shown] = exc.message
                 log.error("skipping %s: %s", path, exc.message)
         # The newest bundle of each name becomes current, whatever the directory order.
-        for policy in sorted(loaded, key=lambda p: (p.bundle.manifest.created_at, p.version)):
+        for shown, policy in sorted(loaded, key=lambda pair: (pair[1].bundle.manifest.created_at, pair[1].version)):
             try:
                 self.add(policy)
             except VersionConflict as exc:
-                self.failures[str(policy.bundle.root)] = exc.message
-                log.error("skipping %s: %s", policy.bundle.root, exc.message)
+                policy.bundle.close()  # its batcher never ran; an archive's unpacked files go
+                self.failures[shown] = exc.message
+                log.error("skipping %s: %s", shown, exc.message)
 
     def load_checkpoints(self, checkpoints: list[str]) -> None:
         """Export and serve RLlib checkpoints (``PATH`` or ``NAME=PATH``); failures are

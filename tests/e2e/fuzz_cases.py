@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from fuzz_archives import hostile_archives
 from fuzz_inputs import ANY, Raw, dumps, mask_blocks, mutations, sample, spaces_of, wrong_actions
 
 LIVE = "fz-live"  # a live session on model "box", created by the fixture
@@ -349,6 +350,8 @@ def admin_cases() -> Iterator[Case]:
     octet = (auth, ("content-type", "application/octet-stream"))
     yield load("upload-empty", b"", (400,), "bad_request", "body", headers=octet)
     yield load("upload-garbage", b"garbage" * 100, (422,), "bundle_invalid", headers=octet)
+    for label, raw in hostile_archives().items():
+        yield load(f"upload-{label}", raw, (422,), "bundle_invalid", "body", headers=octet)
     yield load("upload-oversized", b"\0" * (2 * MAX_BODY), (413,), "payload_too_large", headers=octet)
     yield Case("admin:load-upload-oversized-chunked", models, b"\0" * (2 * MAX_BODY), (413,), "payload_too_large",
                headers=octet, chunked=True)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -49,11 +52,16 @@ from fuzz_inputs import (
     sample,
     spaces_of,
 )
-from server_process import running_server
+from server_process import REPO, running_server
 
 pytestmark = pytest.mark.e2e
 MODELS = [*BUNDLES, *DEFAULT_BUNDLES]
 ERROR_KEYS = {"code", "message", "field", "expected", "received"}
+# Directories of the server's machine that no error body may name (clients send paths
+# relative to the repository; archive members by name): the temporary directory (the
+# server's TMPDIR, and the repository is under it), the checkout, the Python environment.
+# The ``repo`` fixture adds the repository itself, however it is spelt.
+SERVER_PATHS = {tempfile.gettempdir(), str(Path(tempfile.gettempdir()).resolve()), str(REPO), sys.prefix}
 
 
 def all_cases() -> list[Case]:
@@ -76,7 +84,9 @@ def _param(case: Case):
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    return build_repository(tmp_path_factory.mktemp("fuzz_repo"))
+    root = build_repository(tmp_path_factory.mktemp("fuzz_repo"))
+    SERVER_PATHS.update({str(root), str(root.resolve())})
+    return root
 
 
 @contextmanager
@@ -136,6 +146,9 @@ def error_problems(resp: httpx.Response, case: Case) -> list[str]:
         problems.append(f"code {error['code']!r}, expected {codes or 'a documented 4xx code'}")
     if not isinstance(error["message"], str) or not error["message"]:
         problems.append("empty message")
+    named = sorted(path for path in SERVER_PATHS if path in resp.text)
+    if named:
+        problems.append(f"the error names the server's {named}")
     field = error["field"]
     if case.field is not ANY and field != case.field:
         below = case.sub and isinstance(field, str) and field.startswith((f"{case.field}[", f"{case.field}."))

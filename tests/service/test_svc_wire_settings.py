@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from rlserve.service.act.wire import decode_request, to_rows
 from rlserve.service.errors import BadRequest, InvalidJSON
-from rlserve.service.settings import Settings
+from rlserve.service.settings import NOT_SETTINGS, Settings, UnknownSetting
 
 
 def rows_of(payload) -> object:
@@ -76,3 +76,23 @@ def test_settings_name_valid_choices():
         Settings(max_batch_size=0)
     with pytest.raises(ValidationError):
         Settings(no_such_setting=1)
+
+
+def test_an_unknown_rlserve_variable_fails_naming_the_closest_setting(monkeypatch):
+    monkeypatch.setenv("RLSERVE_MAX_BATCH_SIZ", "8")
+    with pytest.raises(UnknownSetting, match="RLSERVE_MAX_BATCH_SIZ in the environment: did you mean "
+                                             "RLSERVE_MAX_BATCH_SIZE[?]"):
+        Settings()
+    monkeypatch.delenv("RLSERVE_MAX_BATCH_SIZ")
+    monkeypatch.setenv("rlserve_prot", "9000")  # read case-insensitively, so checked so too
+    with pytest.raises(UnknownSetting, match="did you mean RLSERVE_PORT[?]"):
+        Settings()
+    monkeypatch.delenv("rlserve_prot")
+    monkeypatch.setenv("RLSERVE_WORKERS", "2")
+    with pytest.raises(UnknownSetting, match="no setting has a similar name; the settings are .*RLSERVE_PORT"):
+        Settings()
+    monkeypatch.delenv("RLSERVE_WORKERS")
+    for name in NOT_SETTINGS:  # the project's other tools read these: not typos
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("RLSERVE_MAX_UNPACKED_BYTES", "4096")
+    assert Settings().max_unpacked_bytes == 4096

@@ -242,6 +242,12 @@ def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
     return tarfile.TarInfo(name), data
 
 
+def _manifest(*names: str) -> tuple[tarfile.TarInfo, bytes]:
+    """A manifest member listing ``names`` (each one byte b"x"), so the checks after it are reached."""
+    x = {"sha256": "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881", "bytes": 1}
+    return _file(MANIFEST_NAME, json.dumps({"files": {n: x for n in names}}).encode())
+
+
 def _link(name: str, target: str, kind: bytes) -> tuple[tarfile.TarInfo, None]:
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, target
@@ -255,9 +261,10 @@ def _link(name: str, target: str, kind: bytes) -> tuple[tarfile.TarInfo, None]:
         ([_file("./a/../../escape.txt")], r"escapes the bundle directory"),
         ([_file("/tmp/abs.txt")], r"absolute path"),
         ([_link("manifest.json", "/etc/passwd", tarfile.SYMTYPE)], r"is a link"),
-        ([_file("a.txt"), _link("b.txt", "a.txt", tarfile.LNKTYPE)], r"is a link"),
+        ([_manifest("a.txt", "b.txt"), _file("a.txt"), _link("b.txt", "a.txt", tarfile.LNKTYPE)], r"is a link"),
         ([_file("sub/manifest.json")], r"subdirectory"),
-        ([_file("a.txt"), _file("a.txt")], r"appears twice"),
+        ([_manifest("a.txt"), _file("a.txt"), _file("a.txt")], r"appears twice"),
+        ([_manifest(), _manifest()], r"appears twice"),
         ([(tarfile.TarInfo("fifo"), None)], None),  # type filled in below
     ],
 )
