@@ -85,7 +85,9 @@ def build_base_model(
     model_space = prep.observation_space
     cls = _base_class(model_space, prep.original_space, config)
     if config.get("custom_model"):
-        model = cls(model_space, action_space, num_outputs, config, "model", **dict(config.get("custom_model_config") or {}))
+        model = cls(
+            model_space, action_space, num_outputs, config, "model", **dict(config.get("custom_model_config") or {})
+        )
         _check_custom_model(model, prep.output_shape, num_outputs)
         return model
     if cls is ComplexInputNetwork:

@@ -173,7 +173,9 @@ class MeanStdFilter:
                 raise ValueError(f"filter arrays: missing {key!r} (got {sorted(arrays)})")
         flags = np.asarray(arrays.get("flags", [True, True]), dtype=bool)
         clip = float(np.asarray(arrays.get("clip", 10.0)))
-        filt = cls(np.asarray(arrays["shape"]).tolist(), bool(flags[0]), bool(flags[1]), None if math.isnan(clip) else clip)
+        filt = cls(
+            np.asarray(arrays["shape"]).tolist(), bool(flags[0]), bool(flags[1]), None if math.isnan(clip) else clip
+        )
         filt._load(int(np.asarray(arrays["num_pushes"])), arrays["mean_array"], arrays["sum_sq_diff_array"])
         return filt
 
@@ -190,7 +192,8 @@ class MeanStdFilter:
         self.sum_sq_diff_array[...] = sum_sq_diff
 
     def __repr__(self) -> str:
-        return f"MeanStdFilter(shape={self.shape}, n={self.num_pushes}, demean={self.demean}, destd={self.destd}, clip={self.clip})"
+        return (f"MeanStdFilter(shape={self.shape}, n={self.num_pushes}, demean={self.demean}, "
+                f"destd={self.destd}, clip={self.clip})")
 
 
 class NoFilter:

@@ -196,7 +196,9 @@ def cpu_seconds(pid: int) -> float:
 def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float,
              server_pid: int | None = None) -> dict:
     queue = mp.get_context("spawn").Queue()
-    proc = mp.get_context("spawn").Process(target=_load_process, args=(port, requests_per_conn, duration, warmup, queue))
+    proc = mp.get_context("spawn").Process(
+        target=_load_process, args=(port, requests_per_conn, duration, warmup, queue)
+    )
     cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
     proc.start()
     result = queue.get()

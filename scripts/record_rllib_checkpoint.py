@@ -216,7 +216,10 @@ class Recorder:
     def roll(self, state_in, state_out):
         if not self.attention:
             return [np.asarray(s, np.float32) for s in state_out]
-        return [np.concatenate([w[1:], np.asarray(o, np.float32)[None]], 0) for w, o in zip(state_in, state_out, strict=True)]
+        return [
+            np.concatenate([w[1:], np.asarray(o, np.float32)[None]], 0)
+            for w, o in zip(state_in, state_out, strict=True)
+        ]
 
 
 def _record_fixed(rec: Recorder, observations: list) -> dict:

@@ -163,8 +163,11 @@ def _allowed_methods(request: Request) -> str:
     """The ``Allow`` of a 405: every method some route answers on this path. Starlette's own
     names only the first route that matched the path (GET and DELETE of a session are two)."""
     scope = {k: v for k, v in request.scope.items() if k not in ("fastapi", "route", "endpoint", "path_params")}
-    allowed = [method for method in _METHODS
-               if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in request.app.router.routes)]
+    allowed = [
+        method
+        for method in _METHODS
+        if any(route.matches({**scope, "method": method})[0] is Match.FULL for route in request.app.router.routes)
+    ]
     return ", ".join(allowed)
 
 

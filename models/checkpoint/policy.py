@@ -3,7 +3,8 @@
 ``read_checkpoint(path, policy_id)`` returns a ``PolicyCheckpoint``: the raw observation
 and action spaces, the full model config (merged over ``MODEL_DEFAULTS`` and validated),
 the observation filter RLlib's config names and its trained statistics (as
-``rlserve.models.filters`` state), ``normalize_actions``/``clip_actions``/``explore`` and the exploration type (how RLlib
+``rlserve.models.filters`` state), ``normalize_actions``/``clip_actions``/``explore`` and
+the exploration type (how RLlib
 samples: ``StochasticSampling`` draws from the action distribution the catalog chooses for
 the action space and model config, as the server does), and the
 weights under RLlib's names. Where each comes from in ``policy_state.pkl``:

@@ -64,7 +64,8 @@ class Beta(ActionDistribution):
         unit = ((x - low) / (high - low)).astype(F32)
         if not np.all((unit >= 0) & (unit <= 1)):
             raise ActionOutOfSupportError(
-                f"Beta.logp: actions must lie in [{self.low}, {self.high}], got {x[(unit < 0) | (unit > 1) | np.isnan(unit)].tolist()}"
+                f"Beta.logp: actions must lie in [{self.low}, {self.high}], "
+                f"got {x[(unit < 0) | (unit > 1) | np.isnan(unit)].tolist()}"
             )
         pair = np.stack([unit, (F32(1.0) - unit).astype(F32)], axis=-1)
         return sum32(dirichlet_log_prob(self._conc, pair))

@@ -114,7 +114,9 @@ def _structured_groups(mask: Any, spec: ActionDistSpec) -> list[Any]:
             elif isinstance(node, Sequence) and not isinstance(node, str) and isinstance(key, int) and key < len(node):
                 node = node[key]
             else:
-                raise ValueError(f"mask: expected the action space's structure at '{path_str(path)}', got {type(node).__name__}")
+                raise ValueError(
+                    f"mask: expected the action space's structure at '{path_str(path)}', got {type(node).__name__}"
+                )
             if node is None:
                 break
         out.append(node)

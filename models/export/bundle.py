@@ -384,7 +384,8 @@ def _check_signature(data: dict[str, Any], where: str) -> None:
     for key, expected in (("input_names", sig.input_names), ("output_names", sig.output_names)):
         if data["signature"].get(key) != expected:
             raise BundleError(
-                f"{where}: signature.{key} is {data['signature'].get(key)!r}, but the state/prev layout implies {expected}"
+                f"{where}: signature.{key} is {data['signature'].get(key)!r}, "
+                f"but the state/prev layout implies {expected}"
             )
     if sig.num_outputs != data["num_outputs"]:
         raise BundleError(f"{where}: signature.num_outputs {sig.num_outputs} != num_outputs {data['num_outputs']}")
@@ -411,7 +412,9 @@ def _check_digests(data: dict[str, Any], root: Path) -> None:
         expected = entry.get("sha256") if isinstance(entry, dict) else None
         actual = sha256_file(path)
         if actual != expected:
-            raise BundleError(f"{name}: sha256 {actual} does not match the manifest's {expected}; the file was modified")
+            raise BundleError(
+                f"{name}: sha256 {actual} does not match the manifest's {expected}; the file was modified"
+            )
 
 
 # --------------------------------------------------------------------------- reference check

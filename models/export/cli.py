@@ -154,7 +154,9 @@ def _read_checkpoint(args: argparse.Namespace, progress: Progress) -> Any:
 
     path, what = (args.checkpoint, "CHECKPOINT") if args.checkpoint is not None else (args.weights, "--weights")
     if path is None:
-        raise InputError("give an RLlib CHECKPOINT, or --weights with the spaces (--spec or --obs-space/--action-space)")
+        raise InputError(
+            "give an RLlib CHECKPOINT, or --weights with the spaces (--spec or --obs-space/--action-space)"
+        )
     if args.checkpoint is None and (path.suffix == ".npz" or not path.exists()):
         return None  # the old flag form with an .npz (a missing path is reported with the weights)
     progress(f"reading the checkpoint {path}")

@@ -238,8 +238,14 @@ def _build(
     arrays.update({f"outputs/{k}": v for k, v in expected.items()})
     np.savez(stage / REFERENCE_FILE, **arrays)
     manifest["reference"] = {
-        "file": REFERENCE_FILE, "batch_size": int(len(reference["obs"])), "rtol": RTOL, "atol": ATOL,
-        "max_rtol": MAX_RTOL, "tolerance_rule": RULE, "max_abs_diff": worst, "checked_batch_sizes": sorted({len(b["obs"]) for b, _ in batches}),
+        "file": REFERENCE_FILE,
+        "batch_size": int(len(reference["obs"])),
+        "rtol": RTOL,
+        "atol": ATOL,
+        "max_rtol": MAX_RTOL,
+        "tolerance_rule": RULE,
+        "max_abs_diff": worst,
+        "checked_batch_sizes": sorted({len(b["obs"]) for b, _ in batches}),
     }
 
 

@@ -101,7 +101,9 @@ def _signature(sig: dict[str, Any]) -> str:
     shapes = {"obs": f"(B, {', '.join(map(str, obs))})"}
     for i, s in enumerate(sig.get("state", [])):
         dims = ", ".join(map(str, s["shape"]))
-        shapes[f"state_in_{i}"] = f"(B, {dims})  {s['name']}, {s.get('dtype', 'float32')}, initial {s.get('initial_value', 0.0)}"
+        shapes[f"state_in_{i}"] = (
+            f"(B, {dims})  {s['name']}, {s.get('dtype', 'float32')}, initial {s.get('initial_value', 0.0)}"
+        )
         shapes[f"state_out_{i}"] = f"(B, {dims})"
     shapes["prev_actions"] = f"(B, {window(prev.get('n_prev_actions'))}{prev.get('action_width')}) flattened actions"
     shapes["prev_rewards"] = f"(B, {prev.get('n_prev_rewards')})" if prev.get("windowed") else "(B,)"
@@ -112,7 +114,9 @@ def _signature(sig: dict[str, Any]) -> str:
     lines.append("  outputs:")
     lines += [f"    {n:<13} {shapes.get(n, '')}" for n in sig["output_names"]]
     kind = "recurrent/attention state per session" if sig.get("state") else "stateless"
-    lines.append(f"  {kind}; prev actions: {prev.get('n_prev_actions', 0)}, prev rewards: {prev.get('n_prev_rewards', 0)}")
+    lines.append(
+        f"  {kind}; prev actions: {prev.get('n_prev_actions', 0)}, prev rewards: {prev.get('n_prev_rewards', 0)}"
+    )
     return "\n".join(lines)
 
 

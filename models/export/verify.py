@@ -77,7 +77,8 @@ def _check_close(
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise BundleError(
             f"{what}: output {name!r} disagrees with the reference: max |diff| {max_diff:.3g}, "
-            f"first at index {idx}: got {float(a[idx])!r}, expected {float(e[idx])!r}, allowed {float(allowed[idx]):.3g} "
+            f"first at index {idx}: got {float(a[idx])!r}, expected {float(e[idx])!r}, "
+            f"allowed {float(allowed[idx]):.3g} "
             f"(rtol={rtol}, atol={atol}, max_rtol={max_rtol:.3g} of max |expected| {scale:.3g})"
         )
     return max_diff if math.isfinite(max_diff) else float("inf")

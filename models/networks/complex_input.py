@@ -95,7 +95,9 @@ def components_for(original_space: gs.Space, leaf_shape: LeafShape = plain_leaf_
     return [Component(component_kind(space), offset, shape) for _, space, offset, shape in leaves]
 
 
-def leaf_slices(original_space: gs.Space, leaf_shape: LeafShape = plain_leaf_shape) -> dict[tuple, tuple[int, tuple[int, ...]]]:
+def leaf_slices(
+    original_space: gs.Space, leaf_shape: LeafShape = plain_leaf_shape
+) -> dict[tuple, tuple[int, tuple[int, ...]]]:
     """Leaf path (Dict keys / Tuple indices) -> (offset, preprocessed shape) in the flat row."""
     leaves, _ = _leaves(original_space, (), 0, leaf_shape)
     return {path: (offset, shape) for path, _, offset, shape in leaves}

@@ -114,7 +114,9 @@ class DictFlatteningPreprocessor(_Flattening):
             raise ObservationError(f"{path}.{missing[0]}", "a value (the key is required)", "no such key")
         extra = [k for k in obs if k not in cast(gs.Dict, self.original_space).spaces]
         if extra:
-            raise ObservationError(path, describe_space(self.original_space), f"unexpected key(s) {sorted(map(str, extra))}")
+            raise ObservationError(
+                path, describe_space(self.original_space), f"unexpected key(s) {sorted(map(str, extra))}"
+            )
         return [obs[k] for k in self._keys]
 
 

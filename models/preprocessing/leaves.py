@@ -173,7 +173,11 @@ class OneHotPreprocessor(LeafPreprocessor):
 
     @property
     def trailing(self) -> tuple[int, ...]:
-        return () if isinstance(self.original_space, gs.Discrete) else tuple(cast(gs.MultiDiscrete, self.original_space).nvec.shape)
+        return (
+            ()
+            if isinstance(self.original_space, gs.Discrete)
+            else tuple(cast(gs.MultiDiscrete, self.original_space).nvec.shape)
+        )
 
     def _convert_one(self, obs: Any, path: str) -> np.ndarray:
         # Python bools are ints; a bool where a category index belongs is a client bug.

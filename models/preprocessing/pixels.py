@@ -51,7 +51,9 @@ class GenericPixelPreprocessor(LeafPreprocessor):
                 f"float32 or float64, got {self._in_dtype.name}"
             )
         if not 1 <= self._dim <= _CROPPED:
-            raise ValueError(f"model config 'dim': expected 1..{_CROPPED} for {ATARI_OBS_SHAPE} frames, got {self._dim}")
+            raise ValueError(
+                f"model config 'dim': expected 1..{_CROPPED} for {ATARI_OBS_SHAPE} frames, got {self._dim}"
+            )
         self.output_shape = (self._dim, self._dim, 1 if self._gray else 3)
         self.output_dtype = self._choose_dtype()
 

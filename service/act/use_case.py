@@ -129,7 +129,9 @@ class ActService:
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
-        step = policy.preparer.prepare(rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS)
+        step = policy.preparer.prepare(
+            rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS
+        )
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:

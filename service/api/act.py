@@ -69,9 +69,13 @@ _EXAMPLES = {
                         "session_ids": ["episode-a", "episode-b"], "episode_starts": [True, True]}},
 }
 _OPENAPI_EXTRA = {
-    "requestBody": {"required": True, "content": {"application/json": {"schema": ACT_SCHEMAS["request"],
-                                                                      "examples": _EXAMPLES}}},
-    "responses": {"200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}},
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": ACT_SCHEMAS["request"], "examples": _EXAMPLES}},
+    },
+    "responses": {
+        "200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}
+    },
 }
 _ERRORS = errors(400, 404, 409, 410, 413, 422, 500, 503,
                  e409="Session bound to another version, or the request's sessions on different versions",

@@ -20,7 +20,9 @@ def _registry(request: Request) -> ModelRegistry:
 @router.get("/v1/models", response_model=ModelList, summary="Loaded models and their versions")
 async def list_models(request: Request) -> ModelList:
     entries = _registry(request).entries.values()
-    return ModelList(models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions)) for e in entries])
+    return ModelList(
+        models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions)) for e in entries]
+    )
 
 
 @router.get("/v1/models/{name}", responses=errors(404, e404="Unknown model"),

@@ -73,7 +73,9 @@ class Readiness(BaseModel):
 
 class CreateSession(_Strict):
     session_id: SessionId | None = Field(
-        None, description="Client-chosen id of 1..128 characters, any (percent-encode it in URLs); generated when absent")
+        None,
+        description="Client-chosen id of 1..128 characters, any (percent-encode it in URLs); generated when absent",
+    )
     seed: Seed | None = Field(None, description="Seeds the session's sampler so an episode replays")
     version: Version | None = Field(None, description="Bind to this version instead of the current one")
 

@@ -49,7 +49,9 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     policy = entry.policy(body.version)
     if body.session_id is not None and entry.is_live(body.session_id):
         # Ids are unique per model name across versions, so later lookups are unambiguous.
-        raise SessionConflict(f"session {body.session_id!r} already exists", field="session_id", received=body.session_id)
+        raise SessionConflict(
+            f"session {body.session_id!r} already exists", field="session_id", received=body.session_id
+        )
     session = policy.sessions.create(body.session_id, body.seed)
     return JSONResponse(_info(policy, session).model_dump(), status_code=201)
 

@@ -101,9 +101,11 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
             raise BundleInvalid(f"cannot load {label}: there is no such directory or archive", received=shown)
         bundle = load_bundle(path, max_unpacked_bytes=settings.max_unpacked_bytes)
     except ArchiveLimitError as exc:
-        raise BundleInvalid(f"cannot load {label}: {_hide(str(exc), path, shown)}",
-                            expected=f"an archive that unpacks to at most {exc.limit} bytes (RLSERVE_MAX_UNPACKED_BYTES)",
-                            received=exc.member or shown) from exc
+        raise BundleInvalid(
+            f"cannot load {label}: {_hide(str(exc), path, shown)}",
+            expected=f"an archive that unpacks to at most {exc.limit} bytes (RLSERVE_MAX_UNPACKED_BYTES)",
+            received=exc.member or shown,
+        ) from exc
     except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
         member = exc.member if isinstance(exc, BundleError) else None
         raise BundleInvalid(f"cannot load {label}: {_hide(_reason(exc), path, shown)}",

@@ -162,7 +162,9 @@ class _SessionCollector:
         self._counts = counts
 
     def collect(self):
-        family = GaugeMetricFamily("rlserve_active_sessions", "Live sessions per model version", labels=["model", "version"])
+        family = GaugeMetricFamily(
+            "rlserve_active_sessions", "Live sessions per model version", labels=["model", "version"]
+        )
         for model, version, active in self._counts():
             family.add_metric([model, version], active)
         yield family

@@ -1,6 +1,7 @@
 """The in-process session store: sessions of one model version in this process's memory.
 
-A ``SessionStore`` (the default implementation of ``rlserve.service.sessions.base.SessionStore``) belongs to one loaded model version. It maps session ids to
+A ``SessionStore`` (the default implementation of ``rlserve.service.sessions.base.SessionStore``)
+belongs to one loaded model version. It maps session ids to
 ``Session`` records (slot index, seeded rng, bookkeeping) in least-recently-used order
 and owns the ``SessionSlabs`` that hold the tensors. Sessions idle longer than the TTL
 expire; at the cap the least recently used idle session is evicted. Expired, evicted and

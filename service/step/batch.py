@@ -111,7 +111,10 @@ class BatchStep:
         if all(s.prev_actions is None for s in steps):
             return None
         width = next(s.prev_actions.shape[1] for s in steps if s.prev_actions is not None)
-        parts = [s.prev_actions if s.prev_actions is not None else np.full((s.rows, width), np.nan, np.float32) for s in steps]
+        parts = [
+            s.prev_actions if s.prev_actions is not None else np.full((s.rows, width), np.nan, np.float32)
+            for s in steps
+        ]
         return np.concatenate(parts)
 
     def _apply_masks(self, steps: list[Step], dist_inputs: np.ndarray) -> np.ndarray:

@@ -196,7 +196,9 @@ def _(space: gs.Discrete, data: Any, field: str) -> int:
 def _(space: gs.Tuple, data: Any, field: str) -> tuple:
     if not isinstance(data, list | tuple) or len(data) != len(space.spaces):
         raise _fail(field, f"expected a list of {len(space.spaces)} items", space, data)
-    return tuple(decode_value(sub, item, f"{field}[{i}]") for i, (sub, item) in enumerate(zip(space.spaces, data, strict=True)))
+    return tuple(
+        decode_value(sub, item, f"{field}[{i}]") for i, (sub, item) in enumerate(zip(space.spaces, data, strict=True))
+    )
 
 
 @decode_value.register

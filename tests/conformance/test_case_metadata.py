@@ -92,7 +92,9 @@ def test_tensors_and_shapes_match_rllib(case: OracleCase) -> None:
             assert list(tensors[ours].shape) == recorded["shapes"][name], f"{ours} <- {name}"
     params = sum(p.numel() for p in model.parameters())
     assert params == recorded["num_parameters_unique"]
-    mark_fields(case, "weights.num_keys", "weights.shapes", "weights.num_unique_tensors", "weights.num_parameters_unique")
+    mark_fields(
+        case, "weights.num_keys", "weights.shapes", "weights.num_unique_tensors", "weights.num_parameters_unique"
+    )
 
 
 def test_aliases_and_buffers_match_rllib(case: OracleCase) -> None:

@@ -115,7 +115,9 @@ def _check_recurrent(case: OracleCase, bundle: Bundle, run, runtime: str) -> Non
             feed["prev_actions"] = _flat_prev(io["prev_actions"][t], batch, sig.prev.windowed)
         if sig.uses_prev_rewards:
             rewards = io["prev_rewards"][t]
-            feed["prev_rewards"] = rewards.astype(np.float32) if sig.prev.windowed else rewards.reshape(batch).astype(np.float32)
+            feed["prev_rewards"] = (
+                rewards.astype(np.float32) if sig.prev.windowed else rewards.reshape(batch).astype(np.float32)
+            )
         out = run(feed)
         where = f"{case.name}/{runtime} step {t}"
         assert_close(out["dist_inputs"], io["model_out"][t], f"{where}: model_out")

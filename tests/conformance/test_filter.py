@@ -61,7 +61,9 @@ def test_final_statistics_and_frozen_batch(case: OracleCase) -> None:
         filt(x, update=True)
     assert filt.num_pushes == int(io["final/num_pushes"])
     assert_close(filt.mean_array, io["final/mean_array"], "final/mean_array", rtol=1e-12, atol=1e-12)
-    assert_close(filt.sum_sq_diff_array, io["final/sum_sq_diff_array"], "final/sum_sq_diff_array", rtol=1e-12, atol=1e-9)
+    assert_close(
+        filt.sum_sq_diff_array, io["final/sum_sq_diff_array"], "final/sum_sq_diff_array", rtol=1e-12, atol=1e-9
+    )
     assert filt.var.dtype == io["final/var"].dtype
     assert_close(filt.var, io["final/var"], "final/var")
     assert_close(filt.std, io["final/std"], "final/std")

@@ -51,7 +51,9 @@ def test_description_matches_rllib(case: OracleCase) -> None:
     assert prep.size == expected["size"]
     assert prep.options == expected["options"]
     assert prep.layout == expected["layout"]
-    mark_fields(case, *(f"preprocessor.{k}" for k in ("class", "output_shape", "output_dtype", "size", "options", "layout")))
+    mark_fields(
+        case, *(f"preprocessor.{k}" for k in ("class", "output_shape", "output_dtype", "size", "options", "layout"))
+    )
 
 
 def test_columnar_batch_matches_obs_flat(case: OracleCase) -> None:

@@ -176,12 +176,20 @@ def field_cases() -> Iterator[Case]:
     for name, values in typed.items():
         for v in values:
             yield _box(f"{name}={v!r}", {**one, name: v}, 400, "bad_request", name)
-    for name, v, where in [("outputs", ["bogus"], "outputs[0]"), ("outputs", ["value", 1], "outputs[1]"),
-                           ("session_ids", [None, 5], "session_ids[1]"), ("episode_starts", [True, 1], "episode_starts[1]"),
-                           ("rewards", [1.0, "x"], "rewards[1]"), ("rewards", [1.0, Raw("1e400")], "rewards[1]"),
-                           ("seeds", [None, -1], "seeds[1]"), ("seeds", [1, 2.5], "seeds[1]"),
-                           ("observations", 5, "observations"), ("observations", {"a": OBS}, "observations"),
-                           ("session_ids", "ab", "session_ids"), ("action_masks", 1, "action_masks")]:
+    for name, v, where in [
+        ("outputs", ["bogus"], "outputs[0]"),
+        ("outputs", ["value", 1], "outputs[1]"),
+        ("session_ids", [None, 5], "session_ids[1]"),
+        ("episode_starts", [True, 1], "episode_starts[1]"),
+        ("rewards", [1.0, "x"], "rewards[1]"),
+        ("rewards", [1.0, Raw("1e400")], "rewards[1]"),
+        ("seeds", [None, -1], "seeds[1]"),
+        ("seeds", [1, 2.5], "seeds[1]"),
+        ("observations", 5, "observations"),
+        ("observations", {"a": OBS}, "observations"),
+        ("session_ids", "ab", "session_ids"),
+        ("action_masks", 1, "action_masks"),
+    ]:
         body = {**(two if name != "outputs" else one), name: v}
         yield _box(f"{name}={v!r}", body, 400, "bad_request", where)
     for unknown in ("obz", "Observation", "session", "observation_", "__proto__"):
@@ -226,13 +234,21 @@ def transport_cases() -> Iterator[Case]:
                        ("array-of-obs", dumps([{"observation": OBS}]))]:
         yield _box(f"non-object-{label}", raw, 400, ("bad_request", "invalid_json"))
     for label, raw in [
-        ("empty", b""), ("whitespace", b"   "), ("truncated", b'{"observation": [0.1, 0.2'),
-        ("trailing-garbage", dumps({"observation": OBS}) + b" x"), ("single-quotes", b"{'observation': [0, 0, 0, 0]}"),
-        ("comment", b'{"observation": [0, 0, 0, 0]} // hi'), ("bom", b"\xef\xbb\xbf" + dumps({"observation": OBS})),
-        ("NaN", b'{"observation": [0.1, NaN, 0.3, 0.4]}'), ("Infinity", b'{"observation": [0.1, Infinity, 0.3, 0.4]}'),
-        ("-Infinity", b'{"observation": [0.1, 0.2, -Infinity, 0.4]}'), ("nan-reward", b'{"observation": [0, 0, 0, 0], "reward": NaN}'),
-        ("hex-number", b'{"observation": [0x1, 0, 0, 0]}'), ("leading-plus", b'{"observation": [+1, 0, 0, 0]}'),
-        ("unquoted-key", b"{observation: [0, 0, 0, 0]}"), ("nul-byte", b"\x00"),
+        ("empty", b""),
+        ("whitespace", b"   "),
+        ("truncated", b'{"observation": [0.1, 0.2'),
+        ("trailing-garbage", dumps({"observation": OBS}) + b" x"),
+        ("single-quotes", b"{'observation': [0, 0, 0, 0]}"),
+        ("comment", b'{"observation": [0, 0, 0, 0]} // hi'),
+        ("bom", b"\xef\xbb\xbf" + dumps({"observation": OBS})),
+        ("NaN", b'{"observation": [0.1, NaN, 0.3, 0.4]}'),
+        ("Infinity", b'{"observation": [0.1, Infinity, 0.3, 0.4]}'),
+        ("-Infinity", b'{"observation": [0.1, 0.2, -Infinity, 0.4]}'),
+        ("nan-reward", b'{"observation": [0, 0, 0, 0], "reward": NaN}'),
+        ("hex-number", b'{"observation": [0x1, 0, 0, 0]}'),
+        ("leading-plus", b'{"observation": [+1, 0, 0, 0]}'),
+        ("unquoted-key", b"{observation: [0, 0, 0, 0]}"),
+        ("nul-byte", b"\x00"),
         ("utf16", dumps({"observation": OBS}).decode().encode("utf-16")),
         ("lone-surrogate-escape", b'{"observation": [0, 0, 0, 0], "session_id": "\\ud800"}'),
         ("deep-nesting", b"[" * 100_000 + b"]" * 100_000),
@@ -277,11 +293,17 @@ def session_route_cases() -> Iterator[Case]:
     def post(label: str, raw: bytes, status: int, code: Any, field: Any = ANY, bug: str | None = None) -> Case:
         return Case(f"sessions:{label}", path, raw, (status,), code, field, headers=json_ct, bug=bug)
 
-    for label, body, field in [("id-empty", {"session_id": ""}, "session_id"), ("id-number", {"session_id": 5}, "session_id"),
-                               ("id-129", {"session_id": "x" * 129}, "session_id"), ("id-list", {"session_id": ["a"]}, "session_id"),
-                               ("seed-negative", {"seed": -1}, "seed"), ("seed-string", {"seed": "x"}, "seed"),
-                               ("seed-fraction", {"seed": 1.5}, "seed"), ("version-number", {"version": {}}, "version"),
-                               ("unknown-field", {"zz": 1}, "zz")]:
+    for label, body, field in [
+        ("id-empty", {"session_id": ""}, "session_id"),
+        ("id-number", {"session_id": 5}, "session_id"),
+        ("id-129", {"session_id": "x" * 129}, "session_id"),
+        ("id-list", {"session_id": ["a"]}, "session_id"),
+        ("seed-negative", {"seed": -1}, "seed"),
+        ("seed-string", {"seed": "x"}, "seed"),
+        ("seed-fraction", {"seed": 1.5}, "seed"),
+        ("version-number", {"version": {}}, "version"),
+        ("unknown-field", {"zz": 1}, "zz"),
+    ]:
         yield post(label, dumps(body), 400, "bad_request", field)
     for label, raw in [("array", b"[]"), ("string", b'"x"'), ("number", b"5")]:
         yield post(f"non-object-{label}", raw, 400, "bad_request")
@@ -290,8 +312,13 @@ def session_route_cases() -> Iterator[Case]:
     yield post("id-lone-surrogate", b'{"session_id": "\\ud800"}', 400, "bad_request", "session_id")
     yield Case("sessions:version-lone-surrogate", path, b'{"version": "\\ud800"}', (400, 404),
                ("bad_request", "model_not_found"), "version", headers=json_ct)
-    for label, raw in [("not-json", b"nope"), ("truncated", b'{"seed": 1'), ("invalid-utf8", b'{"session_id": "\xff"}'),
-                       ("deep-nesting", b"[" * 100_000 + b"]" * 100_000), ("seed-5000-digits", b'{"seed": ' + b"9" * 5000 + b"}")]:
+    for label, raw in [
+        ("not-json", b"nope"),
+        ("truncated", b'{"seed": 1'),
+        ("invalid-utf8", b'{"session_id": "\xff"}'),
+        ("deep-nesting", b"[" * 100_000 + b"]" * 100_000),
+        ("seed-5000-digits", b'{"seed": ' + b"9" * 5000 + b"}"),
+    ]:
         yield post(label, raw, 400, "invalid_json", None)
     yield post("oversized", dumps({"session_id": "x" * (2 * MAX_BODY)}), 413, "payload_too_large")
     yield Case("sessions:id-live", "/v1/models/box/sessions", dumps({"session_id": LIVE}), (409,), "session_conflict",
@@ -319,9 +346,15 @@ def admin_cases() -> Iterator[Case]:
                           ("wrong", "Bearer nope"), ("prefix", f"Bearer {TOKEN[:-1]}"), ("longer", f"Bearer {TOKEN}x"),
                           ("lowercase-token", f"Bearer {TOKEN.upper()}")]:
         headers = () if header is None else (("authorization", header),)
-        status, code = (403, "forbidden") if label in ("wrong", "prefix", "longer", "lowercase-token") else (401, "unauthorized")
-        for route, method, path in [("list", "GET", models), ("load", "POST", models),
-                                    ("unload", "DELETE", f"{models}/box"), ("metadata", "GET", f"{models}/box/versions/1")]:
+        status, code = (
+            (403, "forbidden") if label in ("wrong", "prefix", "longer", "lowercase-token") else (401, "unauthorized")
+        )
+        for route, method, path in [
+            ("list", "GET", models),
+            ("load", "POST", models),
+            ("unload", "DELETE", f"{models}/box"),
+            ("metadata", "GET", f"{models}/box/versions/1"),
+        ]:
             yield Case(f"admin:auth-{label}:{route}", path, dumps({"path": "box"}) if method == "POST" else None,
                        (status,), code, "Authorization", method=method, headers=headers)
     json_h = (auth, ("content-type", "application/json"))
@@ -346,7 +379,9 @@ def admin_cases() -> Iterator[Case]:
     yield load("nul-byte", dumps({"path": "a\u0000b"}), (400, 422), None, "path")
     yield load("name-too-long", dumps({"path": "a" * 5000}), (400, 422), None, "path")
     yield load("oversized-json", dumps({"path": "x" * (2 * MAX_BODY)}), (413,), "payload_too_large")
-    yield load("content-type-text", b"x", (400,), "bad_request", "Content-Type", headers=(auth, ("content-type", "text/plain")))
+    yield load(
+        "content-type-text", b"x", (400,), "bad_request", "Content-Type", headers=(auth, ("content-type", "text/plain"))
+    )
     octet = (auth, ("content-type", "application/octet-stream"))
     yield load("upload-empty", b"", (400,), "bad_request", "body", headers=octet)
     yield load("upload-garbage", b"garbage" * 100, (422,), "bundle_invalid", headers=octet)

@@ -327,7 +327,9 @@ def random_json(rnd: random.Random, depth: int = 0) -> Any:
     if kind == 2:
         return rnd.choice([0, 1, -1, 2, 3, 255, 256, -2**31, 2**63, 2**64, 10**25, rnd.randint(-9, 9)])
     if kind == 3:
-        return rnd.choice([0.0, -0.0, 0.5, -1e-45, 1e38, -3.4e38, 1e39, -3.5e38, 3.4028236e38, -1e300, 1e-300, rnd.uniform(-2, 2)])
+        return rnd.choice(
+            [0.0, -0.0, 0.5, -1e-45, 1e38, -3.4e38, 1e39, -3.5e38, 3.4028236e38, -1e300, 1e-300, rnd.uniform(-2, 2)]
+        )
     if kind == 4:
         return "".join(rnd.choice(_TEXT) for _ in range(rnd.randrange(0, 12)))
     if kind == 5:

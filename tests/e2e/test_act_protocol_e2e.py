@@ -122,7 +122,11 @@ def test_the_protocol_serves_act_and_leaves_other_routes_to_the_app(protocol_url
 # Deterministic requests and refusals: the protocol and the ASGI handler answer alike.
 SAME = [
     ("single", ACT, _act_body(explore=False, outputs=["value", "entropy", "dist_inputs"])),
-    ("batch", ACT, json.dumps({"observations": [[0.1, 0.0, -0.1, 0.2], [0.0, 0.3, 0.1, -0.2]], "explore": False}).encode()),
+    (
+        "batch",
+        ACT,
+        json.dumps({"observations": [[0.1, 0.0, -0.1, 0.2], [0.0, 0.3, 0.1, -0.2]], "explore": False}).encode(),
+    ),
     ("pinned-version-unknown", "/v1/models/cartpole/versions/nope/act", _act_body()),
     ("unknown-model", "/v1/models/nope/act", _act_body()),
     ("bad-json", ACT, b"{not json"),

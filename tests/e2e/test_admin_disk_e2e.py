@@ -152,12 +152,22 @@ def test_unloading_repository_bundles_keeps_their_files(setup) -> None:
 def test_load_errors_name_no_server_path(setup) -> None:
     url, server_tmp, repo, archives = setup
     with httpx.Client(base_url=url, timeout=60.0) as client:
-        for body in ({"path": ""}, {"path": "../.."}, {"path": "/etc"}, {"path": "nope"}, {"path": "cartpole/model.onnx"},
-                     {"path": "a" * 300}):
+        for body in (
+            {"path": ""},
+            {"path": "../.."},
+            {"path": "/etc"},
+            {"path": "nope"},
+            {"path": "cartpole/model.onnx"},
+            {"path": "a" * 300},
+        ):
             resp = client.post("/v1/admin/models", json=body, headers=AUTH)
             assert 400 <= resp.status_code < 500, resp.text
             _no_server_paths(resp, server_tmp, repo, repo.parent)
-        for raw in (b"garbage" * 100, gzip.compress(b"not a tar" * 100), archives["valid"][: len(archives["valid"]) // 2]):
+        for raw in (
+            b"garbage" * 100,
+            gzip.compress(b"not a tar" * 100),
+            archives["valid"][: len(archives["valid"]) // 2],
+        ):
             resp = client.post("/v1/admin/models", content=raw, headers=OCTET)
             assert resp.status_code == 422, resp.text
             _no_server_paths(resp, server_tmp, repo, repo.parent)

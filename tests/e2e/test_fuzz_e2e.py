@@ -93,7 +93,12 @@ def repo(tmp_path_factory):
 def _serve(repo, **env: str) -> Iterator[str]:
     # Log level critical: running_server pipes stderr without reading it while the server
     # runs, so a server logging a traceback per 500 would fill the pipe and block.
-    env = {"RLSERVE_ADMIN_TOKEN": TOKEN, "RLSERVE_MAX_BODY_BYTES": str(MAX_BODY), "RLSERVE_LOG_LEVEL": "critical", **env}
+    env = {
+        "RLSERVE_ADMIN_TOKEN": TOKEN,
+        "RLSERVE_MAX_BODY_BYTES": str(MAX_BODY),
+        "RLSERVE_LOG_LEVEL": "critical",
+        **env,
+    }
     with running_server(["--repository", str(repo)], env=env) as url, _client(url) as client:
         assert client.post("/v1/models/box/sessions", json={"session_id": LIVE}).status_code == 201
         assert client.post("/v1/models/box/sessions", json={"session_id": ENDED}).status_code == 201
@@ -160,7 +165,9 @@ def error_problems(resp: httpx.Response, case: Case) -> list[str]:
 def assert_refused(client: httpx.Client, case: Case) -> httpx.Response:
     resp = send(client, case)
     problems = error_problems(resp, case)
-    assert not problems, f"{case.name}: {'; '.join(problems)}\nbody sent: {(case.body or b'')[:200]!r}\nanswer: {resp.text[:400]}"
+    assert not problems, (
+        f"{case.name}: {'; '.join(problems)}\nbody sent: {(case.body or b'')[:200]!r}\nanswer: {resp.text[:400]}"
+    )
     assert client.get("/healthz").status_code == 200
     return resp
 
@@ -172,7 +179,10 @@ def test_valid_baselines_are_accepted(client):
     rng = np.random.default_rng(0)
     for model in MODELS:
         obs_space, _ = spaces_of(model)
-        for body in ({"observation": sample(obs_space, rng)}, {"observations": [sample(obs_space, rng) for _ in range(3)]}):
+        for body in (
+            {"observation": sample(obs_space, rng)},
+            {"observations": [sample(obs_space, rng) for _ in range(3)]},
+        ):
             resp = client.post(f"/v1/models/{model}/act", content=dumps(body))
             assert resp.status_code == 200, (model, resp.text[:300])
     image = {"b64": "AAAA" * (42 * 42), "dtype": "uint8", "shape": [42, 42, 3]}

@@ -149,7 +149,9 @@ def test_export_and_admin_commands(tmp_path):
 
         token_line = next(line for line in readme_lines() if _kind(line) == "admin-env")
         env = {"RLSERVE_ADMIN_TOKEN": token_line.split("=", 1)[1]}
-        answers = [_json_ok(line, _run(line, port, repo, env)) for line in readme_lines() if _kind(line) == "admin-curl"]
+        answers = [
+            _json_ok(line, _run(line, port, repo, env)) for line in readme_lines() if _kind(line) == "admin-curl"
+        ]
         listed, loaded, unloaded, uploaded = answers
         assert "models" in listed
         assert loaded["name"] == "my-policy" and loaded["current"] is True

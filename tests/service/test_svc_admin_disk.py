@@ -133,8 +133,12 @@ async def test_episode_start_on_a_live_session_keeps_its_version(make_client):
     repo = app.state.repository
     svc_bundles.copy_as_version(repo / "lstm", repo / "lstm_v2", "2")
     act = "/v1/models/lstm/act"
-    assert (await client.post(act, json={"observation": OBS, "session_id": "s", "episode_start": True})).status_code == 200
-    assert (await client.post(act, json={"observation": OBS, "session_id": "ended", "episode_start": True})).status_code == 200
+    assert (
+        await client.post(act, json={"observation": OBS, "session_id": "s", "episode_start": True})
+    ).status_code == 200
+    assert (
+        await client.post(act, json={"observation": OBS, "session_id": "ended", "episode_start": True})
+    ).status_code == 200
     assert (await client.post("/v1/admin/models", json={"path": "lstm_v2"}, headers=AUTH)).status_code == 201
     r = await client.post(act, json={"observation": OBS, "session_id": "s", "episode_start": True})
     assert r.json()["version"] == "1"

@@ -82,7 +82,9 @@ async def test_failing_batch_fails_only_its_jobs_and_worker_survives():
 
 
 async def test_per_job_errors_from_the_batch_function():
-    b = _batcher(lambda payloads: [InvalidInput("bad row") if p < 0 else p for p in payloads], max_rows=2, max_delay_s=0.05)
+    b = _batcher(
+        lambda payloads: [InvalidInput("bad row") if p < 0 else p for p in payloads], max_rows=2, max_delay_s=0.05
+    )
     outcomes = await asyncio.gather(b.submit(Job(-1, 1)), b.submit(Job(2, 1)), return_exceptions=True)
     assert isinstance(outcomes[0], InvalidInput) and outcomes[1][0] == 2
     await b.close()

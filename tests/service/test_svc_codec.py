@@ -35,10 +35,18 @@ def test_nested_value_decodes_to_gymnasium_types():
     ("value", "field", "fragment"),
     [
         ({"pos": [0.5], "mode": 1, "parts": [[1, 3], [0, 1, 1]], "items": []}, "observation.pos", "shape [2]"),
-        ({"pos": [0.5, 0.1], "mode": 0, "parts": [[1, 3], [0, 1, 1]], "items": []}, "observation.mode", "outside [1, 3]"),
+        (
+            {"pos": [0.5, 0.1], "mode": 0, "parts": [[1, 3], [0, 1, 1]], "items": []},
+            "observation.mode",
+            "outside [1, 3]",
+        ),
         ({"pos": [0.5, 0.1], "mode": 1, "parts": [[2, 3], [0, 1, 1]], "items": []}, "observation.parts[0]", "outside"),
         ({"pos": [0.5, 0.1], "mode": 1, "parts": [[1, 3], [0, 2, 1]], "items": []}, "observation.parts[1]", "0 or 1"),
-        ({"pos": [0.5, 0.1], "mode": 1, "parts": [[1, 3], [0, 1, 1]], "items": [[0, 0]] * 4}, "observation.items", "max_len"),
+        (
+            {"pos": [0.5, 0.1], "mode": 1, "parts": [[1, 3], [0, 1, 1]], "items": [[0, 0]] * 4},
+            "observation.items",
+            "max_len",
+        ),
         ({"pos": [0.5, 0.1], "mode": 1, "parts": [[1, 3], [0, 1, 1]]}, "observation", "missing keys ['items']"),
         ({"pos": ["a", 1], "mode": 1, "parts": [[1, 3], [0, 1, 1]], "items": []}, "observation.pos", "numbers"),
         ({"pos": [0.5, 0.1], "mode": True, "parts": [[1, 3], [0, 1, 1]], "items": []}, "observation.mode", "integer"),

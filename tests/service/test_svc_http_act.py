@@ -32,7 +32,9 @@ def eager_dist_inputs(name: str, obs: list) -> np.ndarray:
 
 async def test_single_observation(make_client):
     _, client = make_client(("mlp",))
-    r = await client.post("/v1/models/mlp/act", json={"observation": OBS, "outputs": ["value", "entropy", "dist_inputs"]})
+    r = await client.post(
+        "/v1/models/mlp/act", json={"observation": OBS, "outputs": ["value", "entropy", "dist_inputs"]}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["model"] == "mlp" and body["version"] == "1" and body["explore"] is True
@@ -49,7 +51,9 @@ async def test_batch_deterministic_is_argmax(make_client):
     _, client = make_client(("mlp",))
     rng = np.random.default_rng(0)
     obs = rng.uniform(-1, 1, (6, 4)).round(3).tolist()
-    r = await client.post("/v1/models/mlp/act", json={"observations": obs, "explore": False, "outputs": ["dist_inputs"]})
+    r = await client.post(
+        "/v1/models/mlp/act", json={"observations": obs, "explore": False, "outputs": ["dist_inputs"]}
+    )
     body = r.json()
     expected = eager_dist_inputs("mlp", obs)
     np.testing.assert_allclose(body["dist_inputs"], expected, rtol=1e-5, atol=1e-6)
@@ -110,7 +114,9 @@ async def test_unknown_model_is_404(make_client):
 async def test_explicit_mask_is_respected(make_client):
     _, client = make_client(("mlp",))
     obs = [OBS] * 200
-    r = await client.post("/v1/models/mlp/act", json={"observations": obs, "action_masks": [[0, 1, 0]] * 100 + [[1, 0, 1]] * 100})
+    r = await client.post(
+        "/v1/models/mlp/act", json={"observations": obs, "action_masks": [[0, 1, 0]] * 100 + [[1, 0, 1]] * 100}
+    )
     actions = r.json()["actions"]
     assert set(actions[:100]) == {1} and set(actions[100:]) <= {0, 2} and len(set(actions[100:])) == 2
     # The masked action has logp 0 under the renormalised distribution (it is certain).
@@ -143,12 +149,20 @@ async def test_base64_image_and_action_postprocessing(make_client):
     img = (np.random.default_rng(0).integers(0, 4, (10, 10, 3))).astype(np.uint8)
     packed = {"b64": base64.b64encode(img.tobytes()).decode(), "dtype": "uint8", "shape": [10, 10, 3]}
     raw = (await client.post("/v1/models/image/act", json={"observation": packed, "explore": False})).json()["action"]
-    listed = (await client.post("/v1/models/image/act", json={"observation": img.tolist(), "explore": False})).json()["action"]
+    listed = (await client.post("/v1/models/image/act", json={"observation": img.tolist(), "explore": False})).json()[
+        "action"
+    ]
     assert raw == listed
     low, high = np.array([-2.0, -2.0]), np.array([3.0, 3.0])
-    clipped = (await client.post("/v1/models/image/act", json={"observation": packed, "explore": False, "clip_actions": True})).json()
+    clipped = (
+        await client.post("/v1/models/image/act", json={"observation": packed, "explore": False, "clip_actions": True})
+    ).json()
     np.testing.assert_allclose(clipped["action"], np.clip(raw, low, high), rtol=1e-6)
-    unsq = (await client.post("/v1/models/image/act", json={"observation": packed, "explore": False, "unsquash_actions": True})).json()
+    unsq = (
+        await client.post(
+            "/v1/models/image/act", json={"observation": packed, "explore": False, "unsquash_actions": True}
+        )
+    ).json()
     expected = np.clip(low + (np.asarray(raw) + 1.0) * (high - low) / 2.0, low, high)
     np.testing.assert_allclose(unsq["action"], expected, rtol=1e-5)
     assert clipped["logp"] == unsq["logp"]  # logp is of the raw action
@@ -219,7 +233,9 @@ async def test_failing_batch_fails_only_its_requests(make_client):
 
 async def test_batching_off_still_serves(make_client):
     _, client = make_client(("mlp",), batching=False)
-    responses = await asyncio.gather(*(client.post("/v1/models/mlp/act", json={"observation": OBS, "debug": True}) for _ in range(3)))
+    responses = await asyncio.gather(
+        *(client.post("/v1/models/mlp/act", json={"observation": OBS, "debug": True}) for _ in range(3))
+    )
     assert {r.json()["debug"]["batch_requests"] for r in responses} == {1}
 
 

@@ -10,8 +10,12 @@ from rlserve.service.errors import SessionConflict, SessionExpired, SessionNotFo
 from rlserve.service.sessions.slabs import STATELESS_SLOT, SessionSlabs
 from rlserve.service.sessions.store import SessionStore
 
-LSTM_SIG = ModelSignature(obs_shape=(4,), num_outputs=2, state=(StateSpec("h", (3,)), StateSpec("c", (3,), initial_value=0.5)),
-                          prev=PrevSpec(n_prev_actions=1, n_prev_rewards=1, action_width=2))
+LSTM_SIG = ModelSignature(
+    obs_shape=(4,),
+    num_outputs=2,
+    state=(StateSpec("h", (3,)), StateSpec("c", (3,), initial_value=0.5)),
+    prev=PrevSpec(n_prev_actions=1, n_prev_rewards=1, action_width=2),
+)
 ATTN_SIG = ModelSignature(obs_shape=(4,), num_outputs=2, state=(StateSpec("memory_0", (3, 2)),),
                           prev=PrevSpec(n_prev_actions=3, n_prev_rewards=3, action_width=1, windowed=True))
 
@@ -60,7 +64,9 @@ def test_report_overrides_newest_action_and_reset_clears():
 
 def test_growth_keeps_rows():
     slabs = SessionSlabs(LSTM_SIG, capacity=2, max_capacity=64)
-    slabs.scatter(np.array([1]), [np.full((1, 3), 7, np.float32), np.full((1, 3), 8, np.float32)], np.zeros((1, 2), np.float32))
+    slabs.scatter(
+        np.array([1]), [np.full((1, 3), 7, np.float32), np.full((1, 3), 8, np.float32)], np.zeros((1, 2), np.float32)
+    )
     slabs.ensure_capacity(40)
     assert slabs.capacity >= 40
     assert slabs.gather(np.array([1]))["state_in_0"].tolist() == [[7, 7, 7]]

@@ -118,8 +118,12 @@ def test_an_unlisted_member_is_refused_by_name_before_it_is_written(tmp_path: Pa
 def test_a_listed_member_past_the_bound_is_refused_before_it_is_written(tmp_path: Path) -> None:
     files = {"weights.bin": bytes(2 * MiB)}
     archive = _write(tmp_path / "big.rlsb", [_manifest_listing(files), *files.items()])
-    error = _refused(archive, tmp_path / "out", r"'weights.bin' \(2097152 bytes\) would take .* past the limit of 1048576",
-                     max_unpacked_bytes=MiB)
+    error = _refused(
+        archive,
+        tmp_path / "out",
+        r"'weights.bin' \(2097152 bytes\) would take .* past the limit of 1048576",
+        max_unpacked_bytes=MiB,
+    )
     assert isinstance(error, ArchiveLimitError) and error.limit == MiB and error.member == "weights.bin"
     unpack_bundle(archive, tmp_path / "roomy", max_unpacked_bytes=3 * MiB)  # the same archive fits a larger bound
 

@@ -307,7 +307,8 @@ def test_preprocessor_rebuilt_by_the_server_must_match_the_recorded_one(bundle_d
 
 def test_bundle_module_does_not_import_torch() -> None:
     code = (
-        "import sys, rlserve.models.export, rlserve.models.export.bundle, rlserve.models.export.describe, rlserve.models.export.report, "
+        "import sys, rlserve.models.export, rlserve.models.export.bundle, rlserve.models.export.describe, "
+        "rlserve.models.export.report, "
         "rlserve.models.export.cli; assert 'torch' not in sys.modules, 'torch imported'"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -211,7 +211,9 @@ def test_models_trace_like_eager():
 def test_vision_without_head_flattens_any_map_and_has_no_value():
     # The wrappers' base: num_outputs=None flattens; RLlib's value_function() fails on a
     # non-1x1 map, here the value is NaN (wrappers never read it).
-    model = VisionNetwork((10, 10, 1), None, {"conv_filters": [[4, [3, 3], 2], [6, [3, 3], 1]], "vf_share_layers": True})
+    model = VisionNetwork(
+        (10, 10, 1), None, {"conv_filters": [[4, [3, 3], 2], [6, [3, 3], 1]], "vf_share_layers": True}
+    )
     assert model.num_outputs == 6 * 3 * 3
     out, value = model(torch.rand(2, 10, 10, 1))
     assert out.shape == (2, 54) and bool(value.isnan().all())

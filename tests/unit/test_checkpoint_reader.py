@@ -84,7 +84,9 @@ def test_an_object_of_an_unknown_class_is_refused_by_name(protocol: int) -> None
 def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path: Path, payload: str) -> None:
     target = tmp_path / "pwned"
     obj = _WritesFile(target) if payload == "file" else _RunsCommand()
-    with pytest.raises(UnsafePickleError, match=r"refusing to build or call (io\.open|builtins\.open|posix\.system|nt\.system)"):
+    with pytest.raises(
+        UnsafePickleError, match=r"refusing to build or call (io\.open|builtins\.open|posix\.system|nt\.system)"
+    ):
         load_pickle_bytes(pickle.dumps({"x": obj}), "state.pkl")
     assert not target.exists()
 
@@ -197,7 +199,9 @@ def test_every_form_of_the_path_finds_the_same_policy(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"does not exist"):
         locate(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match=r"empty: no policy found: expected policies/<policy_id>/policy_state.pkl"):
+    with pytest.raises(
+        CheckpointError, match=r"empty: no policy found: expected policies/<policy_id>/policy_state.pkl"
+    ):
         locate(tmp_path / "empty")
 
 

@@ -46,7 +46,9 @@ def feedforward_case() -> OracleCase:
     return _smallest_case(("feedforward",))
 
 
-def test_export_from_separate_files_reproduces_the_fixture(feedforward_case: OracleCase, tmp_path: Path, capsys) -> None:
+def test_export_from_separate_files_reproduces_the_fixture(
+    feedforward_case: OracleCase, tmp_path: Path, capsys
+) -> None:
     case = feedforward_case
     args = [
         "export",
@@ -140,7 +142,9 @@ def _other_weights(case: OracleCase) -> Path:
         (lambda a, t, c: a.extend(["--formats", "onnx,tflite"]), "formats"),
     ],
 )
-def test_bad_input_exits_2_with_a_message(feedforward_case: OracleCase, tmp_path: Path, capsys, mutate, message) -> None:
+def test_bad_input_exits_2_with_a_message(
+    feedforward_case: OracleCase, tmp_path: Path, capsys, mutate, message
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     args = ["export", "--spec", str(feedforward_case.path / "case.json"),

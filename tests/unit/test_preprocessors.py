@@ -113,7 +113,9 @@ def test_one_hot_subtracts_start() -> None:
 
 
 def test_flattening_order_and_leaf_values() -> None:
-    space = gs.Dict([("z", gs.Box(-5, 5, (2,), dtype=np.float64)), ("a", gs.Tuple([gs.Discrete(2), gs.MultiBinary(2)]))])
+    space = gs.Dict(
+        [("z", gs.Box(-5, 5, (2,), dtype=np.float64)), ("a", gs.Tuple([gs.Discrete(2), gs.MultiBinary(2)]))]
+    )
     out = get_preprocessor(space).transform({"a": (1, np.array([1, 0], np.int8)), "z": np.array([0.1, -3.0])})
     # the space's own key order (z first), float32 leaf values
     np.testing.assert_array_equal(out, np.array([0.1, -3.0, 0, 1, 1, 0], dtype=np.float32))
@@ -316,7 +318,8 @@ def test_serving_modules_do_not_import_torch() -> None:
     from pathlib import Path
 
     code = (
-        "import sys; import rlserve.models.preprocessors, rlserve.models.filters, rlserve.models.config, rlserve.models.spaces; "
+        "import sys; import rlserve.models.preprocessors, rlserve.models.filters, rlserve.models.config, "
+        "rlserve.models.spaces; "
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.') or m == 'cv2']; "
         "assert not bad, bad"
     )

@@ -27,4 +27,6 @@ def test_every_setting_is_documented_with_its_default() -> None:
         literal = str(default).lower() if isinstance(default, bool) else str(default)
         if isinstance(default, float) and default.is_integer():
             literal = str(int(default))
-        assert table[name] == f"`{literal}`", f"RLSERVE_{name.upper()}: README says {table[name]}, default is {default!r}"
+        assert table[name] == f"`{literal}`", (
+            f"RLSERVE_{name.upper()}: README says {table[name]}, default is {default!r}"
+        )

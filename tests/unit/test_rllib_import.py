@@ -49,7 +49,9 @@ def test_prefix_map_loads_top_level_keys_and_values_arrive():
     obs = torch.randn(2, 3)
     hidden = torch.tanh(obs @ torch.from_numpy(state["_hidden_layers.0._model.0.weight"]).T
                         + torch.from_numpy(state["_hidden_layers.0._model.0.bias"]))
-    expected = hidden @ torch.from_numpy(state["_logits._model.0.weight"]).T + torch.from_numpy(state["_logits._model.0.bias"])
+    expected = hidden @ torch.from_numpy(state["_logits._model.0.weight"]).T + torch.from_numpy(
+        state["_logits._model.0.bias"]
+    )
     torch.testing.assert_close(model(obs)[0], expected)
 
 
@@ -69,7 +71,9 @@ def test_shape_mismatch_names_both_shapes_and_changes_nothing():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     state = _rllib_state()
     state["_logits._model.0.weight"] = np.zeros((3, 4), np.float32)
-    with pytest.raises(WeightImportError, match=r"'_logits._model.0.weight': expected shape \[2, 4\], received \[3, 4\]"):
+    with pytest.raises(
+        WeightImportError, match=r"'_logits._model.0.weight': expected shape \[2, 4\], received \[3, 4\]"
+    ):
         load_rllib_weights(model, state)
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, before[key])
@@ -80,7 +84,9 @@ def test_non_strict_ignores_missing_and_unexpected():
     del state["_value_branch._model.0.bias"]
     state["_extra"] = np.zeros(1, np.float32)
     model = load_rllib_weights(_policy(), state, strict=False)
-    np.testing.assert_array_equal(model.base._logits._model[0].weight.detach().numpy(), state["_logits._model.0.weight"])
+    np.testing.assert_array_equal(
+        model.base._logits._model[0].weight.detach().numpy(), state["_logits._model.0.weight"]
+    )
 
 
 def test_float64_arrays_are_cast():

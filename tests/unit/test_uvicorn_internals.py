@@ -53,7 +53,9 @@ def test_the_declared_uvicorn_range_is_bounded_above_and_admits_the_installed_on
     spec = _declared_uvicorn().specifier
     assert any(s.operator in ("<", "<=", "==", "~=") for s in spec), f"uvicorn{spec} has no upper bound"
     installed = Version(importlib.metadata.version("uvicorn"))
-    assert spec.contains(installed), f"uvicorn {installed} is installed, pyproject declares uvicorn{spec}. {HOW_TO_UPGRADE}"
+    assert spec.contains(installed), (
+        f"uvicorn {installed} is installed, pyproject declares uvicorn{spec}. {HOW_TO_UPGRADE}"
+    )
 
 
 def test_the_uvicorn_sources_are_the_ones_checked():
