@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, bodies, health, listing, sessions
+from rlserve.service.api import act, admin, bodies, health, inference_v2, listing, sessions
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
     BadRequest,
@@ -30,6 +30,8 @@ from rlserve.service.errors import (
     ServiceError,
     error_reply,
 )
+from rlserve.service.protocols.kserve_v2.handler import InferService
+from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.settings import Settings
@@ -40,7 +42,7 @@ DEFAULT_MODELS = Path(__file__).resolve().parent / "default_models"
 
 
 class RLServeApp(FastAPI):
-    """FastAPI plus a pre-router dispatch of the act routes to ``RawActHandler``."""
+    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``."""
 
     raw_act: RawActHandler | None = None
 
@@ -64,6 +66,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         _load_models(registry, repository, settings)
     metrics.watch_sessions(registry.session_counts)
     service = ActService(registry, metrics)
+    infer_service = InferService(service)
 
     app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan,
                      description="Inference service for RLlib-trained policies.")
@@ -72,10 +75,11 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.registry = registry
     app.state.repository = repository
     app.state.act_service = service
+    app.state.infer_service = infer_service
     app.state.shutting_down = False
     if settings.fast_act_path:
-        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes)
-    for router in (health.router, act.router, listing.router, sessions.router, admin.router):
+        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
+    for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router):
         app.include_router(router)
     _install_error_handlers(app, metrics)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -156,6 +160,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
+        components.update(inference_v2.V2_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(error_schema.pop("$defs", {}))
         components["ErrorResponse"] = error_schema
