@@ -6,6 +6,7 @@ closed-loop load generator (N keep-alive connections, one request in flight each
 prints req/s, obs/s, p50 and p99 per scenario and concurrency:
 
     minimal ASGI app | MLP 256x256 single obs | LSTM sessions | 64-obs requests |
+    64-obs requests over the Open Inference Protocol's binary tensor extension |
     MLP single obs with batching off | MLP single obs through the raw ASGI handler
 
 ``rlserve serve`` answers act requests inside uvicorn's HTTP protocol (service/act_protocol.py);
@@ -126,9 +127,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 # --------------------------------------------------------------------------- load generator
 
-def _request(path: str, body: bytes) -> bytes:
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+def _request(path: str, body: bytes, headers: str = "Content-Type: application/json\r\n") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
     return head.encode() + body
 
 
@@ -236,6 +236,27 @@ def mlp_batch64(c: int, rng) -> list[list[bytes]]:
              for _ in range(4)] for _ in range(c)]
 
 
+def infer_binary64(c: int, rng) -> list[list[bytes]]:
+    """The batch64 observations as one FP32 tensor over the binary extension, outputs
+    (action, logp) asked for as binary: what tritonclient sends for
+    ``InferInput.set_data_from_numpy(obs)`` with ``InferRequestedOutput(name)``."""
+    import numpy as np
+
+    def one() -> bytes:
+        obs = np.array([obs_row(rng) for _ in range(64)], dtype=np.float32)
+        raw = obs.tobytes()
+        header = json.dumps({
+            "inputs": [{"name": "obs", "shape": list(obs.shape), "datatype": "FP32",
+                        "parameters": {"binary_data_size": len(raw)}}],
+            "outputs": [{"name": "action", "parameters": {"binary_data": True}},
+                        {"name": "logp", "parameters": {"binary_data": True}}],
+        }).encode()
+        headers = f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
+        return _request("/v2/models/mlp/infer", header + raw, headers)
+
+    return [[one() for _ in range(4)] for _ in range(c)]
+
+
 def lstm_sessions(c: int, rng) -> list[list[bytes]]:
     # Each connection drives one session; the first step starts its episode (and creates
     # it), the others continue it with a reward.
@@ -267,10 +288,12 @@ SCENARIOS = [
     ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
     ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
     ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
+    ("infer64", "MLP 256x256, 64 obs/request, OIP binary", infer_binary64, {}),
     ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
     ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
 ]
 KEYS = [key for key, *_ in SCENARIOS]
+OBS_PER_REQUEST = {"batch64": 64, "infer64": 64}
 
 
 def main() -> None:
@@ -314,7 +337,7 @@ def main() -> None:
                     res = dict(sorted(runs, key=lambda r: r["req_s"])[len(runs) // 2])
                     # CPU per request is the steadier figure on a shared machine: its own median.
                     res["cpu_us"] = statistics.median(r["cpu_us"] for r in runs)
-                    obs = 64 if key == "batch64" else 1
+                    obs = OBS_PER_REQUEST.get(key, 1)
                     rows.append((key, c, res, obs))
                     print(f"{label:<36} c={c:<3} {res['req_s']:>9.0f} req/s {res['req_s'] * obs:>10.0f} obs/s "
                           f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  "
@@ -331,6 +354,7 @@ def main() -> None:
 PAIRS = [  # (label, numerator, denominator, target)
     ("MLP 1 obs / minimal ASGI app", "mlp", "minimal", 0.5),
     ("LSTM sessions / LSTM stateless", "lstm", "lstm_stateless", 0.8),
+    ("64 obs: OIP binary / JSON", "infer64", "batch64", 1.0),
 ]
 
 
@@ -379,9 +403,13 @@ def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
         print(f"  c={c:<3} MLP / minimal ASGI {ratio(('mlp', c), ('minimal', c))} (>= 0.5)   "
               f"LSTM sessions / MLP stateless {ratio(('lstm', c), ('mlp', c))}   "
               f"LSTM sessions / LSTM stateless {ratio(('lstm', c), ('lstm_stateless', c))} (>= 0.8)")
-    for (key, c), res in sorted(got.items()):
-        if key == "batch64":
-            print(f"  64-obs requests c={c:<3} {res['req_s'] * 64:>9.0f} obs/s (>= 150000)")
+    for c in sorted({c for _, c in got}):
+        json64, binary64 = got.get(("batch64", c)), got.get(("infer64", c))
+        if json64 is not None or binary64 is not None:
+            def obs_s(res: dict | None) -> str:
+                return "n/a" if res is None else f"{res['req_s'] * 64:>9.0f}"
+            print(f"  64-obs requests c={c:<3} JSON {obs_s(json64)} obs/s (>= 150000)   "
+                  f"OIP binary {obs_s(binary64)} obs/s (>= 250000)")
     worst = max(((res["p99_ms"] / res["p50_ms"], key, c) for (key, c), res in got.items()
                  if key != "minimal" and res["p50_ms"] > 0), default=None)
     if worst:

@@ -25,8 +25,10 @@ _FIELD = re.compile(r"^(?P<base>observations?|action_masks?|prev_actions?|reward
                     r"(?:\[(?P<row>\d+)\])?(?P<rest>.*)$", re.S)
 _NAMES = {"observation": OBS, "action_mask": MASK, "prev_action": PREV_ACTION, "reward": REWARD,
           "session_id": "parameters.sequence_id", "seed": "parameters.seed"}
-# Hints in session messages that name the JSON API's fields.
-_HINTS = (("episode_start=true", "sequence_start=true"), ("episode_start", "sequence_start"))
+# Session messages speak of the JSON API's sessions and fields; here they are sequences.
+_SEQUENCE_WORDS = (("start a new episode", "start it again with sequence_start=true"),
+                   ("episode_start=true", "sequence_start=true"), ("episode_start", "sequence_start"),
+                   ("session '", "sequence '"), ("unknown session", "unknown sequence"))
 _MAX_PART = 300
 
 
@@ -63,8 +65,9 @@ def message_of(error: ServiceError) -> str:
         name = _protocol_name(field)
         if name is not None and message.startswith(f"{field}:"):
             message = name + message[len(field):]
-    for json_api, protocol in _HINTS:
-        message = message.replace(json_api, protocol)
+    if field is not None and field.startswith("session_id"):
+        for json_api, protocol in _SEQUENCE_WORDS:
+            message = message.replace(json_api, protocol)
     details = []
     if described["expected"] is not None:
         details.append(f"expected {_part(described['expected'])}")
