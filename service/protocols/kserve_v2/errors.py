@@ -61,10 +61,9 @@ def message_of(error: ServiceError) -> str:
     """The error's message in the protocol's names, with what was expected and received."""
     described = error.to_json()["error"]  # every part made encodable, whatever it holds
     message, field = described["message"], described["field"]
-    if field:
-        name = _protocol_name(field)
-        if name is not None and message.startswith(f"{field}:"):
-            message = name + message[len(field):]
+    if field and message.startswith(f"{field}:"):
+        # The JSON API's names become the protocol's; a tensor's own name is quoted.
+        message = (_protocol_name(field) or f"'{field}'") + message[len(field):]
     if field is not None and field.startswith("session_id"):
         for json_api, protocol in _SEQUENCE_WORDS:
             message = message.replace(json_api, protocol)

@@ -295,7 +295,7 @@ def _rows(layout: Layout, tensors: dict[str, np.ndarray], batch: int, options: _
         episode_starts=[options.start] if session_id is not None else [False] * batch,
         rewards=none if reward is None else reward.astype(np.float64).tolist(),
         prev_actions=[msgspec.UNSET] * batch if not prev else columns.values_from_columns(layout.action_space, prev),
-        action_masks=none if mask is None else list(mask),
+        action_masks=none if mask is None else mask.tolist(),
         seeds=[options.seed] if session_id is not None else none,
         has_sessions=session_id is not None,
         has_rewards=reward is not None,
