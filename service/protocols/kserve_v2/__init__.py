@@ -1,8 +1,9 @@
 """The Open Inference Protocol (KServe v2 REST, as Triton implements it).
 
-    wire (msgspec structs) ─► tensors (JSON data or binary buffers -> arrays)
-      ─► layout (which tensor is which leaf of which space) ─► handler (Rows, ActService)
-      ─► tensors (outputs as JSON data or binary) ; errors ({"error": "..."})
+    request (JSON header | binary data, parameters) ─► wire (msgspec structs)
+      ─► tensors (JSON data or binary buffers -> arrays) ─► layout (which tensor is which
+      leaf) ─► handler (Rows, ActService) ─► response (outputs as JSON or binary)
+      ; errors ({"error": "..."})
 
 ``route`` plugs ``POST /v2/models/{name}[/versions/{v}]/infer`` into the fast path next to
 act; ``rlserve.service.api.inference_v2`` documents it and serves the GET endpoints.

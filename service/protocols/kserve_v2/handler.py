@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -30,147 +29,20 @@ from rlserve.service.protocols.kserve_v2.layout import (
     Layout,
     layout_of,
 )
-from rlserve.service.protocols.kserve_v2.tensors import read_input, write_output
-from rlserve.service.protocols.kserve_v2.wire import (
-    ENCODER,
-    INFER_DECODER,
-    InferRequest,
-    InferResponse,
-    InferResponseOutput,
-    Parameter,
+from rlserve.service.protocols.kserve_v2.request import (
+    Options,
+    decode_request,
+    parse_parameters,
+    split_body,
 )
-from rlserve.service.serving.batcher import BatchInfo
+from rlserve.service.protocols.kserve_v2.response import Answer, Answerer, plan_outputs
+from rlserve.service.protocols.kserve_v2.tensors import read_input
+from rlserve.service.protocols.kserve_v2.wire import InferRequest
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.rows import Rows
 
-MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
-_JSON = [(b"content-type", b"application/json")]
-_EMPTY = memoryview(b"")
-# Request parameters: rlserve's options, the sequence and binary extensions' own, and
-# Triton scheduling hints that have no meaning here (accepted, ignored).
-_BOOL_PARAMETERS = ("explore", "clip_actions", "unsquash_actions", "sequence_start", "sequence_end",
-                    "binary_data_output")
-_IGNORED_PARAMETERS = ("priority", "timeout")
-KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "sequence_id", *_IGNORED_PARAMETERS)
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A response body; ``json_length`` is the JSON header's size when binary data follows."""
-
-    body: bytes
-    json_length: int | None = None
-
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        if self.json_length is None:
-            return _JSON
-        return [(b"content-type", b"application/octet-stream"),
-                (b"inference-header-content-length", b"%d" % self.json_length)]
-
-
-@dataclass(slots=True)
-class _Options:
-    explore: bool | None = None
-    seed: int | None = None
-    clip: bool = False
-    unsquash: bool = False
-    session_id: str | None = None
-    start: bool = False
-    end: bool = False
-    binary_output: bool = False
-
-
-# --------------------------------------------------------------------------- request parsing
-
-def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
-    """(JSON header, binary data after it) by the Inference-Header-Content-Length header."""
-    if header_length is None:
-        return body, _EMPTY
-    text = header_length.strip()
-    if not text.isdigit() or not 0 < int(text) <= len(body):
-        raise BadRequest(f"Inference-Header-Content-Length must be the JSON header's size in bytes, at most the "
-                         f"body's {len(body)}", field="Inference-Header-Content-Length",
-                         expected=f"an integer in [1, {len(body)}]", received=header_length)
-    size = int(text)
-    return body[:size], memoryview(body)[size:]
-
-
-def decode_request(header: bytes) -> InferRequest:
-    if not header:
-        raise BadRequest("empty request body; expected an inference request JSON object",
-                         expected="a JSON object with 'inputs'", received="an empty body")
-    try:
-        return INFER_DECODER.decode(header)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        where = text.rsplit(" - at `$", 1)
-        field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
-        raise BadRequest(f"invalid inference request: {text}", field=field,
-                         expected="the Open Inference Protocol's $inference_request", received=where[0]) from None
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadRequest(f"the inference request is not valid JSON: {exc}",
-                         expected="a UTF-8 JSON object (binary data only after Inference-Header-Content-Length)",
-                         received=f"{len(header)} bytes that do not parse") from None
-
-
-def _flag(parameters: dict[str, Parameter], name: str) -> bool:
-    value = parameters.get(name, False)
-    if type(value) is not bool:
-        raise BadRequest(f"parameters.{name} must be a boolean", field=f"parameters.{name}", expected="true or false",
-                         received=value)
-    return value
-
-
-def parse_parameters(parameters: dict[str, Parameter]) -> _Options:
-    options = _Options()
-    if not parameters:
-        return options
-    unknown = sorted(set(parameters) - set(KNOWN_PARAMETERS))
-    if unknown:
-        raise BadRequest(f"unknown request parameter(s) {unknown}", field=f"parameters.{unknown[0]}",
-                         expected=list(KNOWN_PARAMETERS), received=unknown)
-    if "explore" in parameters:
-        options.explore = _flag(parameters, "explore")
-    options.clip = _flag(parameters, "clip_actions")
-    options.unsquash = _flag(parameters, "unsquash_actions")
-    options.start = _flag(parameters, "sequence_start")
-    options.end = _flag(parameters, "sequence_end")
-    options.binary_output = _flag(parameters, "binary_data_output")
-    options.session_id = _sequence_id(parameters.get("sequence_id", 0))
-    seed = parameters.get("seed")
-    if seed is not None:
-        if type(seed) is not int or seed < 0:
-            raise BadRequest("parameters.seed must be a non-negative integer", field="parameters.seed",
-                             expected="an integer >= 0", received=seed)
-        if not options.start:
-            raise BadRequest("parameters.seed seeds a sequence's sampler when it starts; send it with "
-                             "sequence_id and sequence_start=true", field="parameters.seed",
-                             expected="sequence_start=true with a seed", received=seed)
-        options.seed = seed
-    for name in ("sequence_start", "sequence_end"):
-        if getattr(options, name.removeprefix("sequence_")) and options.session_id is None:
-            raise BadRequest(f"parameters.{name} needs a sequence: set parameters.sequence_id (a non-zero integer "
-                             "or a non-empty string)", field="parameters.sequence_id",
-                             expected="a non-zero sequence_id", received=parameters.get("sequence_id"))
-    return options
-
-
-def _sequence_id(value: Parameter) -> str | None:
-    """The session id of a sequence id (int or string; 0 and "" mean no sequence). The
-    integer 7 and the string "7" name the same session, also on the JSON API."""
-    if type(value) is int and 0 <= value <= MAX_SEQUENCE_ID:
-        return str(value) if value else None
-    if type(value) is str:
-        return value or None
-    raise BadRequest("parameters.sequence_id must be an unsigned 64-bit integer or a string",
-                     field="parameters.sequence_id", expected=f"an integer in [0, {MAX_SEQUENCE_ID}] or a string",
-                     received=value)
-
-
-# --------------------------------------------------------------------------- the use case
 
 class InferService:
     """The protocol's infer, on the JSON API's ``ActService``."""
@@ -191,7 +63,7 @@ class InferService:
         return call.encode(accepted, output, info)
 
     def _accept(self, name: str, version: str | None, header_length: str | None,
-                body: bytes) -> tuple[Accepted, _Call]:
+                body: bytes) -> tuple[Accepted, Answerer]:
         started = time.perf_counter()
         header, binary = split_body(body, header_length)
         req = decode_request(header)
@@ -201,11 +73,11 @@ class InferService:
         layout = layout_of(_target(entry, version, options))
         tensors, batch = _read_inputs(req, binary, layout)
         rows = _rows(layout, tensors, batch, options)
-        outputs = _plan_outputs(req, layout, options.binary_output)
+        outputs = plan_outputs(req, layout, options.binary_output)
         extras = frozenset(spec_name for _, _, spec_name, _ in outputs if spec_name in EXTRAS)
         accepted = self.act.accept_rows(name, version, rows, explore=options.explore, extras=extras,
                                         unsquash=options.unsquash, clip=options.clip, started=started)
-        return accepted, _Call(self.act, layout, outputs, req.id, options.end)
+        return accepted, Answerer(self.act, layout, outputs, req.id, options.end)
 
 
 def _version(req: InferRequest, name: str, version: str | None) -> str | None:
@@ -220,7 +92,7 @@ def _version(req: InferRequest, name: str, version: str | None) -> str | None:
     return req.model_version
 
 
-def _target(entry: ModelEntry, version: str | None, options: _Options) -> Policy:
+def _target(entry: ModelEntry, version: str | None, options: Options) -> Policy:
     """The version whose tensors the request must match: a live sequence's own version
     (ActService checks it against a pinned one), else the pinned or current one."""
     session_id = options.session_id
@@ -272,7 +144,7 @@ def _read_inputs(req: InferRequest, binary: memoryview, layout: Layout) -> tuple
     return tensors, batch
 
 
-def _rows(layout: Layout, tensors: dict[str, np.ndarray], batch: int, options: _Options) -> Rows:
+def _rows(layout: Layout, tensors: dict[str, np.ndarray], batch: int, options: Options) -> Rows:
     """The request as ``Rows`` with observations decoded (``Rows.decoded``); the rest goes
     through the JSON API's own checks in ``Preparer``."""
     obs = [columns.decode_column(spec.leaf, tensors[spec.name], spec.name) for spec in layout.obs]
@@ -305,101 +177,3 @@ def _rows(layout: Layout, tensors: dict[str, np.ndarray], batch: int, options: _
     )
 
 
-# (kind "action" or "score", leaf index, name, binary)
-_Output = tuple[str, int, str, bool]
-
-
-def _plan_outputs(req: InferRequest, layout: Layout, binary_default: bool) -> list[_Output]:
-    action_index = {spec.name: i for i, spec in enumerate(layout.action)}
-
-    def planned(name: str, binary: bool) -> _Output:
-        if name in action_index:
-            return ("action", action_index[name], name, binary)
-        return ("score", 0, name, binary)
-
-    if req.outputs is msgspec.UNSET:
-        return [planned(name, binary_default) for name in layout.default_outputs]
-    plan, seen = [], set()
-    for out in req.outputs:
-        if out.name not in layout.outputs:
-            raise BadRequest(f"unknown output '{out.name}'; this model produces {list(layout.outputs)}",
-                             field=f"outputs.{out.name}", expected=list(layout.outputs), received=out.name)
-        if out.name in seen:
-            raise BadRequest(f"output '{out.name}' is requested twice", field=f"outputs.{out.name}",
-                             expected="each output once", received=out.name)
-        seen.add(out.name)
-        binary = binary_default
-        for key, value in out.parameters.items():
-            if key == "binary_data":
-                if type(value) is not bool:
-                    raise BadRequest(f"output '{out.name}': binary_data must be a boolean",
-                                     field=f"outputs.{out.name}.parameters.binary_data", expected="true or false",
-                                     received=value)
-                binary = value
-            else:
-                hint = " (the classification extension is not supported)" if key == "classification" else ""
-                raise BadRequest(f"output '{out.name}': unknown parameter {key!r}{hint}",
-                                 field=f"outputs.{out.name}.parameters.{key}", expected=["binary_data"], received=key)
-        plan.append(planned(out.name, binary))
-    return plan
-
-
-class _Call:
-    """What an accepted request's answer needs once its batch ran."""
-
-    __slots__ = ("act", "layout", "outputs", "request_id", "end")
-
-    def __init__(self, act: ActService, layout: Layout, outputs: list[_Output], request_id: Any, end: bool):
-        self.act, self.layout, self.outputs, self.request_id, self.end = act, layout, outputs, request_id, end
-
-    def encode(self, accepted: Accepted, output: StepOutput, info: BatchInfo) -> Answer:
-        policy = accepted.policy
-        start, stop = output.start, output.stop
-        arrays = output.batch.arrays
-        actions: list[np.ndarray] | None = None
-        blobs: list[bytes] = []
-        written: list[InferResponseOutput] = []
-        for kind, index, name, binary in self.outputs:
-            spec = self.layout.outputs[name]
-            if kind == "action":
-                if actions is None:
-                    actions = columns.action_columns(self.layout.action_space, _served(accepted, output))
-                arr = actions[index]
-            else:
-                full = arrays.get(name)
-                if full is None:  # undefined for this distribution (Deterministic logp, ...)
-                    continue
-                arr = full[start:stop].reshape(stop - start, *spec.shape)
-            written.append(write_output(name, arr, spec.datatype, binary, blobs))
-        response = InferResponse(model_name=policy.name, model_version=policy.version, outputs=written,
-                                 id=self.request_id)
-        header = ENCODER.encode(response)
-        if self.end:
-            _end_sequence(accepted)
-        self.act.observe_latency(accepted, "infer")
-        if not blobs:
-            return Answer(header)
-        return Answer(b"".join([header, *blobs]), len(header))
-
-
-def _served(accepted: Accepted, output: StepOutput) -> Any:
-    """The request's model-space actions as served (unsquashed / clipped when asked)."""
-    actions = output.actions()
-    pipeline = accepted.policy.pipeline
-    if accepted.unsquash:
-        actions = pipeline.unsquash(actions)
-    if accepted.clip:
-        actions = pipeline.clip(actions)
-    return actions
-
-
-def _end_sequence(accepted: Accepted) -> None:
-    """sequence_end: the step was served; end its session (a later sequence_start with the
-    same id starts a new one). Already gone (ended meanwhile) is fine."""
-    session = accepted.sessions[0]
-    if session is None or session.ended:
-        return
-    try:
-        accepted.policy.sessions.end(session.id)
-    except ServiceError:
-        pass

@@ -73,6 +73,10 @@ class Layout:
     inputs: dict[str, tuple[str, int, TensorSpec]] = field(default_factory=dict)  # name -> (kind, leaf, spec)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
     default_outputs: tuple[str, ...] = ()
+    action_index: dict[str, int] = field(default_factory=dict)  # action output name -> its leaf
+
+    def __post_init__(self) -> None:
+        self.action_index.update((spec.name, i) for i, spec in enumerate(self.action))
 
     def metadata(self) -> tuple[list[MetadataTensor], list[MetadataTensor], dict[str, Any]]:
         inputs = [spec for _, _, spec in self.inputs.values()]
