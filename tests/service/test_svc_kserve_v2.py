@@ -251,3 +251,15 @@ async def test_openapi_documents_every_route_status_and_body(make_client):
     assert components["InferRequest"]["required"] == ["inputs"]
     assert components["InferRequestInput"]["properties"]["shape"]["items"]["minimum"] == 0
     assert components["InferErrorResponse"]["properties"] == {"error": {"type": "string"}}
+
+
+async def test_torchscript_reads_binary_inputs_in_place(make_client):
+    """Binary inputs reach the runtime as read-only views of the body; TorchScript serves
+    them as ONNX Runtime does."""
+    _, onnx = make_client(("mlp",), runtime="onnx")
+    _, torchscript = make_client(("mlp",), runtime="torchscript")
+    body, headers = infer_body([binary_obs(OBS)], OBS.tobytes(), parameters={"explore": False},
+                               outputs=[{"name": "action"}, {"name": "logp"}])
+    answers = [split(await post(client, body, headers))[0]["outputs"] for client in (onnx, torchscript)]
+    assert answers[0][0]["data"] == answers[1][0]["data"]
+    np.testing.assert_allclose(answers[0][1]["data"], answers[1][1]["data"], rtol=1e-5)
