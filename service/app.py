@@ -30,6 +30,7 @@ from rlserve.service.errors import (
     ServiceError,
     error_reply,
 )
+from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.serving.metrics import Metrics
@@ -121,38 +122,41 @@ async def _sweep_sessions(app: RLServeApp) -> None:
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
-    def respond(exc: ServiceError) -> Response:
-        status, body, headers = error_reply(exc, metrics)
+    def respond(request: Request, exc: ServiceError) -> Response:
+        # Under /v2 (the Open Inference Protocol) every refusal is that protocol's shape.
+        path = request.url.path
+        reply = v2_error_reply if path == "/v2" or path.startswith("/v2/") else error_reply
+        status, body, headers = reply(exc, metrics)
         return Response(body, status_code=status, media_type="application/json",
                         headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers} or None)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> Response:
-        return respond(exc)
+        return respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         # The project's 400 (dotted field path, expected, received), never FastAPI's 422 list.
-        return respond(bodies.bad_request(exc.errors()))
+        return respond(request, bodies.bad_request(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            return respond(NotFound(f"no route {request.method} {request.url.path}"))
+            return respond(request, NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
-            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
-            return respond(BadRequest(f"bad request: {exc.detail}"))
+            return respond(request, BadRequest(f"bad request: {exc.detail}"))
         if exc.status_code == 413:
-            return respond(PayloadTooLarge(f"request body too large: {exc.detail}"))
+            return respond(request, PayloadTooLarge(f"request body too large: {exc.detail}"))
         error = ServiceError(str(exc.detail))
         error.status, error.code = exc.status_code, f"http_{exc.status_code}"
-        return respond(error)
+        return respond(request, error)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return respond(InternalError(f"internal error: {type(exc).__name__}"))
+        return respond(request, InternalError(f"internal error: {type(exc).__name__}"))
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

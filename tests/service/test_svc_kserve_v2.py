@@ -263,3 +263,13 @@ async def test_torchscript_reads_binary_inputs_in_place(make_client):
     answers = [split(await post(client, body, headers))[0]["outputs"] for client in (onnx, torchscript)]
     assert answers[0][0]["data"] == answers[1][0]["data"]
     np.testing.assert_allclose(answers[0][1]["data"], answers[1][1]["data"], rtol=1e-5)
+
+
+async def test_every_refusal_under_v2_has_the_protocol_shape(make_client):
+    """Routing refusals too (an unknown path, a wrong method), not only the handlers'."""
+    _, client = make_client(("mlp",))
+    assert "no route GET /v2/models/mlp/stats" in refusal(await client.get("/v2/models/mlp/stats"), 404)
+    assert "not allowed" in refusal(await client.get("/v2/models/mlp/infer"), 405)
+    assert "not allowed" in refusal(await client.post("/v2/health/live"), 405)
+    unknown_v1 = await client.get("/v1/models/mlp/stats")  # the JSON API keeps its own shape
+    assert unknown_v1.status_code == 404 and unknown_v1.json()["error"]["code"] == "not_found"
