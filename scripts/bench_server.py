@@ -347,8 +347,9 @@ def main() -> None:
                 stop(proc)
         summarize(rows)
         if args.paired:
+            pairs = [pair for pair in PAIRS if {pair[1], pair[2]} <= wanted]
             paired(repo, Path(tmp), extra_env, [c for c in args.concurrency if c > 1] or args.concurrency,
-                   args.paired, args.duration, args.warmup, rng)
+                   args.paired, args.duration, args.warmup, rng, pairs)
 
 
 PAIRS = [  # (label, numerator, denominator, target)
@@ -359,9 +360,10 @@ PAIRS = [  # (label, numerator, denominator, target)
 
 
 def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: list[int], rounds: int,
-           duration: float, warmup: float, rng) -> None:
+           duration: float, warmup: float, rng, pairs: list[tuple[str, str, str, float]]) -> None:
     """The ratio targets from interleaved runs: both servers stay up and each round runs
-    the two scenarios back to back (alternating which goes first)."""
+    the two scenarios back to back (alternating which goes first). Pairs of multi-row
+    scenarios also print each side's median obs/s."""
     makers = {key: make for key, _, make, _ in SCENARIOS}
     minimal_proc, minimal_port = start_minimal(workdir)
     rlserve_proc, rlserve_port = start_rlserve(repo, extra_env)
@@ -370,8 +372,8 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
     print(f"\npaired runs ({rounds} rounds of {duration:g} s each side, req/s ratio [server CPU ratio]):")
     try:
         for c in concurrencies:
-            for label, num, den, target in PAIRS:
-                ratios, cpu_ratios = [], []
+            for label, num, den, target in pairs:
+                ratios, cpu_ratios, obs_s = [], [], {num: [], den: []}
                 for i in range(rounds):
                     got = {}
                     for key in ((num, den) if i % 2 == 0 else (den, num)):
@@ -379,10 +381,15 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
                         got[key] = run_load(port, makers[key](c, rng), duration, warmup, proc.pid)
                     ratios.append(got[num]["req_s"] / got[den]["req_s"])
                     cpu_ratios.append(got[den]["cpu_us"] / got[num]["cpu_us"])
+                    for key in (num, den):
+                        obs_s[key].append(got[key]["req_s"] * OBS_PER_REQUEST.get(key, 1))
                 met = sum(r >= target for r in ratios)
                 print(f"  c={c:<3} {label:<32} median {statistics.median(ratios):.2f} "
                       f"[cpu {statistics.median(cpu_ratios):.2f}]  range {min(ratios):.2f}-{max(ratios):.2f}  "
                       f"rounds >= {target}: {met}/{rounds}  ({' '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+                if OBS_PER_REQUEST.get(num, 1) > 1:
+                    print(f"        median obs/s {num} {statistics.median(obs_s[num]):.0f}  "
+                          f"{den} {statistics.median(obs_s[den]):.0f}", flush=True)
     finally:
         stop(minimal_proc)
         stop(rlserve_proc)
