@@ -6,6 +6,7 @@ closed-loop load generator (N keep-alive connections, one request in flight each
 prints req/s, obs/s, p50 and p99 per scenario and concurrency:
 
     minimal ASGI app | MLP 256x256 single obs | LSTM sessions | 64-obs requests |
+    64-obs requests over the Open Inference Protocol's binary tensor extension |
     MLP single obs with batching off | MLP single obs through the raw ASGI handler
 
 ``rlserve serve`` answers act requests inside uvicorn's HTTP protocol (service/act_protocol.py);
@@ -126,9 +127,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 # --------------------------------------------------------------------------- load generator
 
-def _request(path: str, body: bytes) -> bytes:
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+def _request(path: str, body: bytes, headers: str = "Content-Type: application/json\r\n") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
     return head.encode() + body
 
 
@@ -238,6 +238,27 @@ def mlp_batch64(c: int, rng) -> list[list[bytes]]:
              for _ in range(4)] for _ in range(c)]
 
 
+def infer_binary64(c: int, rng) -> list[list[bytes]]:
+    """The batch64 observations as one FP32 tensor over the binary extension, outputs
+    (action, logp) asked for as binary: what tritonclient sends for
+    ``InferInput.set_data_from_numpy(obs)`` with ``InferRequestedOutput(name)``."""
+    import numpy as np
+
+    def one() -> bytes:
+        obs = np.array([obs_row(rng) for _ in range(64)], dtype=np.float32)
+        raw = obs.tobytes()
+        header = json.dumps({
+            "inputs": [{"name": "obs", "shape": list(obs.shape), "datatype": "FP32",
+                        "parameters": {"binary_data_size": len(raw)}}],
+            "outputs": [{"name": "action", "parameters": {"binary_data": True}},
+                        {"name": "logp", "parameters": {"binary_data": True}}],
+        }).encode()
+        headers = f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
+        return _request("/v2/models/mlp/infer", header + raw, headers)
+
+    return [[one() for _ in range(4)] for _ in range(c)]
+
+
 def lstm_sessions(c: int, rng) -> list[list[bytes]]:
     # Each connection drives one session; the first step starts its episode (and creates
     # it), the others continue it with a reward.
@@ -269,10 +290,12 @@ SCENARIOS = [
     ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
     ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
     ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
+    ("infer64", "MLP 256x256, 64 obs/request, OIP binary", infer_binary64, {}),
     ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
     ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
 ]
 KEYS = [key for key, *_ in SCENARIOS]
+OBS_PER_REQUEST = {"batch64": 64, "infer64": 64}
 
 
 def main() -> None:
@@ -316,7 +339,7 @@ def main() -> None:
                     res = dict(sorted(runs, key=lambda r: r["req_s"])[len(runs) // 2])
                     # CPU per request is the steadier figure on a shared machine: its own median.
                     res["cpu_us"] = statistics.median(r["cpu_us"] for r in runs)
-                    obs = 64 if key == "batch64" else 1
+                    obs = OBS_PER_REQUEST.get(key, 1)
                     rows.append((key, c, res, obs))
                     print(f"{label:<36} c={c:<3} {res['req_s']:>9.0f} req/s {res['req_s'] * obs:>10.0f} obs/s "
                           f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  "
@@ -326,20 +349,23 @@ def main() -> None:
                 stop(proc)
         summarize(rows)
         if args.paired:
+            pairs = [pair for pair in PAIRS if {pair[1], pair[2]} <= wanted]
             paired(repo, Path(tmp), extra_env, [c for c in args.concurrency if c > 1] or args.concurrency,
-                   args.paired, args.duration, args.warmup, rng)
+                   args.paired, args.duration, args.warmup, rng, pairs)
 
 
 PAIRS = [  # (label, numerator, denominator, target)
     ("MLP 1 obs / minimal ASGI app", "mlp", "minimal", 0.5),
     ("LSTM sessions / LSTM stateless", "lstm", "lstm_stateless", 0.8),
+    ("64 obs: OIP binary / JSON", "infer64", "batch64", 1.0),
 ]
 
 
 def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: list[int], rounds: int,
-           duration: float, warmup: float, rng) -> None:
+           duration: float, warmup: float, rng, pairs: list[tuple[str, str, str, float]]) -> None:
     """The ratio targets from interleaved runs: both servers stay up and each round runs
-    the two scenarios back to back (alternating which goes first)."""
+    the two scenarios back to back (alternating which goes first). Pairs of multi-row
+    scenarios also print each side's median obs/s."""
     makers = {key: make for key, _, make, _ in SCENARIOS}
     minimal_proc, minimal_port = start_minimal(workdir)
     rlserve_proc, rlserve_port = start_rlserve(repo, extra_env)
@@ -348,8 +374,8 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
     print(f"\npaired runs ({rounds} rounds of {duration:g} s each side, req/s ratio [server CPU ratio]):")
     try:
         for c in concurrencies:
-            for label, num, den, target in PAIRS:
-                ratios, cpu_ratios = [], []
+            for label, num, den, target in pairs:
+                ratios, cpu_ratios, obs_s = [], [], {num: [], den: []}
                 for i in range(rounds):
                     got = {}
                     for key in ((num, den) if i % 2 == 0 else (den, num)):
@@ -357,10 +383,15 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
                         got[key] = run_load(port, makers[key](c, rng), duration, warmup, proc.pid)
                     ratios.append(got[num]["req_s"] / got[den]["req_s"])
                     cpu_ratios.append(got[den]["cpu_us"] / got[num]["cpu_us"])
+                    for key in (num, den):
+                        obs_s[key].append(got[key]["req_s"] * OBS_PER_REQUEST.get(key, 1))
                 met = sum(r >= target for r in ratios)
                 print(f"  c={c:<3} {label:<32} median {statistics.median(ratios):.2f} "
                       f"[cpu {statistics.median(cpu_ratios):.2f}]  range {min(ratios):.2f}-{max(ratios):.2f}  "
                       f"rounds >= {target}: {met}/{rounds}  ({' '.join(f'{r:.2f}' for r in ratios)})", flush=True)
+                if OBS_PER_REQUEST.get(num, 1) > 1:
+                    print(f"        median obs/s {num} {statistics.median(obs_s[num]):.0f}  "
+                          f"{den} {statistics.median(obs_s[den]):.0f}", flush=True)
     finally:
         stop(minimal_proc)
         stop(rlserve_proc)
@@ -381,9 +412,13 @@ def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
         print(f"  c={c:<3} MLP / minimal ASGI {ratio(('mlp', c), ('minimal', c))} (>= 0.5)   "
               f"LSTM sessions / MLP stateless {ratio(('lstm', c), ('mlp', c))}   "
               f"LSTM sessions / LSTM stateless {ratio(('lstm', c), ('lstm_stateless', c))} (>= 0.8)")
-    for (key, c), res in sorted(got.items()):
-        if key == "batch64":
-            print(f"  64-obs requests c={c:<3} {res['req_s'] * 64:>9.0f} obs/s (>= 150000)")
+    for c in sorted({c for _, c in got}):
+        json64, binary64 = got.get(("batch64", c)), got.get(("infer64", c))
+        if json64 is not None or binary64 is not None:
+            def obs_s(res: dict | None) -> str:
+                return "n/a" if res is None else f"{res['req_s'] * 64:>9.0f}"
+            print(f"  64-obs requests c={c:<3} JSON {obs_s(json64)} obs/s (>= 150000)   "
+                  f"OIP binary {obs_s(binary64)} obs/s (>= 250000)")
     worst = max(((res["p99_ms"] / res["p50_ms"], key, c) for (key, c), res in got.items()
                  if key != "minimal" and res["p50_ms"] > 0), default=None)
     if worst:

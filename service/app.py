@@ -20,7 +20,7 @@ from starlette.routing import Match
 
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, bodies, health, listing, sessions
+from rlserve.service.api import act, admin, bodies, health, inference_v2, listing, sessions
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
@@ -32,6 +32,9 @@ from rlserve.service.errors import (
     ServiceError,
     error_reply,
 )
+from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
+from rlserve.service.protocols.kserve_v2.handler import InferService
+from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
@@ -43,7 +46,7 @@ DEFAULT_MODELS = Path(__file__).resolve().parent / "default_models"
 
 
 class RLServeApp(FastAPI):
-    """FastAPI plus a pre-router dispatch of the act routes to ``RawActHandler``."""
+    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``."""
 
     raw_act: RawActHandler | None = None
 
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         registry.load_checkpoints(settings.checkpoints)
     metrics.watch_sessions(registry.session_counts)
     service = ActService(registry, metrics)
+    infer_service = InferService(service)
 
     app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan,
                      description="Inference service for RLlib-trained policies.")
@@ -77,10 +81,11 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.registry = registry
     app.state.repository = repository
     app.state.act_service = service
+    app.state.infer_service = infer_service
     app.state.shutting_down = False
     if settings.fast_act_path:
-        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes)
-    for router in (health.router, act.router, listing.router, sessions.router, admin.router):
+        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
+    for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -121,39 +126,42 @@ async def _sweep_sessions(app: RLServeApp) -> None:
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor) -> None:
-    def respond(exc: ServiceError) -> Response:
-        status, body, headers = error_reply(redact(exc), metrics)
+    def respond(request: Request, exc: ServiceError) -> Response:
+        # Under /v2 (the Open Inference Protocol) every refusal is that protocol's shape.
+        path = request.url.path
+        reply = v2_error_reply if path == "/v2" or path.startswith("/v2/") else error_reply
+        status, body, headers = reply(redact(exc), metrics)
         return Response(body, status_code=status, media_type="application/json",
                         headers={k.decode("latin-1"): v.decode("latin-1") for k, v in headers} or None)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> Response:
-        return respond(exc)
+        return respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         # The project's 400 (dotted field path, expected, received), never FastAPI's 422 list.
-        return respond(bodies.bad_request(exc.errors()))
+        return respond(request, bodies.bad_request(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            return respond(NotFound(f"no route {request.method} {request.url.path}"))
+            return respond(request, NotFound(f"no route {request.method} {request.url.path}"))
         if exc.status_code == 405:
-            return respond(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
-                                            headers={"Allow": _allowed_methods(request)}))
+            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
+                                                     headers={"Allow": _allowed_methods(request)}))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
-            return respond(BadRequest(f"bad request: {exc.detail}"))
+            return respond(request, BadRequest(f"bad request: {exc.detail}"))
         if exc.status_code == 413:
-            return respond(PayloadTooLarge(f"request body too large: {exc.detail}"))
+            return respond(request, PayloadTooLarge(f"request body too large: {exc.detail}"))
         error = ServiceError(str(exc.detail))
         error.status, error.code = exc.status_code, f"http_{exc.status_code}"
-        return respond(error)
+        return respond(request, error)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return respond(InternalError(f"internal error: {type(exc).__name__}"))
+        return respond(request, InternalError(f"internal error: {type(exc).__name__}"))
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -177,6 +185,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         drop_fastapi_validation_errors(schema)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
+        components.update(inference_v2.V2_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(error_schema.pop("$defs", {}))
         components["ErrorResponse"] = error_schema

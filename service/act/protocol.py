@@ -5,13 +5,15 @@ more (head, body), each written to the socket on its own. For a policy step that
 as much as the step itself: a task, a suspension while the request waits for its batch,
 a wake-up, and two ``write`` calls. ``rlserve serve`` therefore hands uvicorn (through its
 documented ``http=`` option) a subclass of its httptools protocol that takes
-``POST .../act`` requests out of the ASGI path once their body is complete: it gives the
-body to ``ActService.act_nowait`` and writes the response in one ``write`` from the
-batch's completion callback. Parsing, keep-alive, pipelining, flow control and graceful
-shutdown stay uvicorn's; every other request (and act requests this class does not take,
-see ``_takes``) goes through the ASGI app unchanged, and the in-process ASGI handler
-(``rlserve.service.act.asgi.RawActHandler``) serves the same routes when the app runs under
-another server. Both call the same ``ActService`` and format errors the same way.
+``POST .../act`` requests (and those of the handler's other fast routes, such as the Open
+Inference Protocol's ``POST .../infer``) out of the ASGI path once their body is complete:
+it gives the body to the route (``ActService.act_nowait`` for act) and writes the response
+in one ``write`` from the batch's completion callback. Parsing, keep-alive, pipelining,
+flow control and graceful shutdown stay uvicorn's; every other request (and requests this
+class does not take, see ``_takes``) goes through the ASGI app unchanged, and the
+in-process ASGI handler (``rlserve.service.act.asgi.RawActHandler``) serves the same routes
+when the app runs under another server. Both call the same routes and format errors the
+same way.
 
 This relies on uvicorn's ``HttpToolsProtocol`` internals (its per-request ``cycle`` and
 the ``_start_asgi_task`` hook); ``act_protocol_class`` returns None, and the ASGI path is
@@ -23,8 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlserve.service.act.asgi import RawActHandler
-from rlserve.service.errors import ServiceError, as_service_error, body_too_large, error_reply
+from rlserve.service.act.asgi import JSON_HEADERS, FastRoute, Headers, RawActHandler
+from rlserve.service.errors import ServiceError, as_service_error, body_too_large
 
 log = logging.getLogger("rlserve.act_protocol")
 
@@ -52,7 +54,6 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
         log.warning("uvicorn's HttpToolsProtocol changed; act requests use the ASGI path")
         return None
 
-    service = handler.service
     metrics = handler.metrics
     max_body = handler.max_body_bytes
 
@@ -60,7 +61,7 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
         """uvicorn's httptools protocol, with act requests answered from batch callbacks."""
 
         _act_pending: Any = None  # the cycle whose body is still arriving
-        _act_route: Any = None  # its path match
+        _act_route: Any = None  # its (route, path match)
 
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
             match = self._takes(cycle)
@@ -72,11 +73,11 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
                 self._submit(cycle, match)
 
         def _takes(self, cycle: Any) -> Any:
-            """The route match for an act request this protocol answers itself, else None.
+            """(route, match) for a request this protocol answers itself, else None.
             ``Expect: 100-continue`` and a concurrency limit stay with uvicorn's ASGI path."""
             if cycle.waiting_for_100_continue or self.limit_concurrency is not None:
                 return None
-            return RawActHandler.match(cycle.scope)
+            return handler.match(cycle.scope)
 
         def on_body(self, body: bytes) -> None:
             super().on_body(body)
@@ -86,7 +87,7 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
             if len(cycle.body) > max_body:
                 self._act_pending = None
                 cycle.keep_alive = False  # the rest of the body is not read
-                self._reply(cycle, body_too_large(len(cycle.body), max_body))
+                self._reply(cycle, self._act_route[0], body_too_large(len(cycle.body), max_body))
             else:
                 # uvicorn pauses reading above its high-water mark until the app receives;
                 # here nothing receives, the body is wanted whole.
@@ -99,32 +100,36 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
                 self._act_pending = None
                 self._submit(cycle, self._act_route)
 
-        def _submit(self, cycle: Any, match: Any) -> None:
+        def _submit(self, cycle: Any, found: Any) -> None:
             body = bytes(cycle.body)
             cycle.body = bytearray()
+            route, match = found
 
-            def reply(payload: bytes | None, error: ServiceError | None) -> None:
-                self._reply(cycle, error, payload)
+            def reply(payload: bytes | None, error: ServiceError | None, headers: Headers = JSON_HEADERS) -> None:
+                self._reply(cycle, route, error, payload, headers)
 
             try:
-                service.act_nowait(match["name"], match["version"], body, reply)
+                route.submit(match, cycle.scope, body, reply)
             except Exception as exc:  # never let one request take the worker down
-                self._reply(cycle, as_service_error(exc, log, "act failed"))
+                self._reply(cycle, route, as_service_error(exc, log, "act failed"))
 
-        def _reply(self, cycle: Any, error: ServiceError | None, payload: bytes | None = None) -> None:
+        def _reply(self, cycle: Any, route: FastRoute, error: ServiceError | None, payload: bytes | None = None,
+                   headers: Headers = JSON_HEADERS) -> None:
             """Write the whole response in one call and hand the connection back to uvicorn."""
             if cycle.response_complete:
                 return
             if error is None:
                 assert payload is not None
-                status, extra = 200, b""
+                status = 200
             else:
-                status, payload, headers = error_reply(error, metrics)
-                extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers)
+                status, payload, extra = route.error_reply(error, metrics)
+                headers = JSON_HEADERS + extra
             parts = [STATUS_LINE[status]]
             for name, value in self.server_state.default_headers:
                 parts.append(b"%s: %s\r\n" % (name, value))
-            parts.append(b"content-type: application/json\r\ncontent-length: %d\r\n%s" % (len(payload), extra))
+            for name, value in headers:
+                parts.append(b"%s: %s\r\n" % (name, value))
+            parts.append(b"content-length: %d\r\n" % len(payload))
             if not cycle.keep_alive:
                 parts.append(b"connection: close\r\n")
             parts.append(b"\r\n")

@@ -6,6 +6,11 @@
 ``act`` awaits the batch (the ASGI handlers); ``act_nowait`` hands a callback to the
 batcher instead (the act protocol, which has no task per request).
 
+Other wire formats (``rlserve.service.protocols``) decode their own bodies into ``Rows``
+and enter at ``accept_rows``, then ``submit_nowait`` / ``submit`` with their own encoder:
+the session binding, validation and batcher are this class's, so a request of any wire
+format can share a batch with any other.
+
 Nothing mutates session state until every row validated; a request that fails
 validation leaves all sessions as they were. Both the raw ASGI hot path and the
 documented FastAPI route call ``ActService.act``.
@@ -21,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from rlserve.service.act.wire import ActResponse, BatchDebug, decode_request, to_rows
+from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
 from rlserve.service.errors import (
     BadRequest,
     NotReady,
@@ -55,11 +60,11 @@ class _Binding:
 _NO_SESSIONS = _Binding([], [])
 
 # reply(payload, None) with the response body, or reply(None, error) for the client.
-Reply = Callable[[bytes | None, ServiceError | None], None]
+Reply = Callable[[Any, ServiceError | None], None]
 
 
 @dataclass(slots=True)
-class _Accepted:
+class Accepted:
     """A validated request whose sessions are bound, waiting for its batch. It keeps only
     what the response needs: the decoded JSON (a 64-row request is ~1,100 Python objects)
     is freed as soon as the rows are arrays, not held while the request queues."""
@@ -76,6 +81,22 @@ class _Accepted:
     job: Job
 
 
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The request-wide options of a request decoded by another wire format, under the
+    names of ``ActRequest``'s fields so ``_accept`` reads both alike."""
+
+    explore: bool | None
+    outputs: frozenset[str]
+    unsquash_actions: bool | None  # None: as the bundle says
+    clip_actions: bool | None
+    debug: bool = False
+
+
+# encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
+Encode = Callable[[Accepted, StepOutput, BatchInfo], Any]
+
+
 class ActService:
     def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
         self.registry = registry
@@ -83,20 +104,36 @@ class ActService:
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
         """Body bytes -> response bytes; raises a ``ServiceError`` for the client."""
-        accepted = self._accept(name, version, body)
-        batcher = accepted.policy.batcher
-        assert batcher is not None  # _accept refused a policy without one
-        try:
-            output, info = await batcher.submit(accepted.job)
-        finally:
-            self._done_with(accepted)
+        started = time.perf_counter()
+        req = decode_request(body)
+        accepted = self._accept(name, version, to_rows(req), req, started)
+        output, info = await self.submit(accepted)
         return self._finish(accepted, output, info)
 
     def act_nowait(self, name: str, version: str | None, body: bytes, reply: Reply) -> None:
         """``act`` without a task: validation errors and 503s raise here, at once; the
         outcome of the batch goes to ``reply(payload, None)`` or ``reply(None, error)``,
         called on the event loop. For callers that own the connection (the act protocol)."""
-        accepted = self._accept(name, version, body)
+        started = time.perf_counter()
+        req = decode_request(body)
+        accepted = self._accept(name, version, to_rows(req), req, started)
+        self.submit_nowait(accepted, self._finish, reply)
+
+    # ------------------------------------------------------------------ other wire formats
+
+    def accept_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
+                    extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
+                    started: float | None = None) -> Accepted:
+        """A request another wire format already decoded into ``rows``: validated, its
+        sessions bound, ready for ``submit_nowait`` or ``submit``. Raises (before any
+        session changed) if it is refused."""
+        options = _Options(explore, extras, unsquash, clip)
+        return self._accept(name, version, rows, options, time.perf_counter() if started is None else started)
+
+    def submit_nowait(self, accepted: Accepted, encode: Encode, reply: Reply) -> None:
+        """Queue an accepted request; ``reply(encode(accepted, output, info), None)`` or
+        ``reply(None, error)`` runs on the event loop once its batch is over (the sessions
+        are released before ``encode`` runs). Raises 503 at once when the queue is full."""
         batcher = accepted.policy.batcher
         assert batcher is not None  # _accept refused a policy without one
 
@@ -107,7 +144,7 @@ class ActService:
                 return
             assert info is not None  # set with every result
             try:
-                payload = self._finish(accepted, output, info)
+                payload = encode(accepted, output, info)
             except Exception as exc:  # the client gets an answer whatever went wrong
                 reply(None, as_service_error(exc, log, "act: encoding the response failed"))
                 return
@@ -119,19 +156,32 @@ class ActService:
             self._done_with(accepted)
             raise
 
-    def _accept(self, name: str, version: str | None, body: bytes) -> _Accepted:
-        """Everything before the batch: decode, validate, bind sessions, build the job.
-        Raises before any session changed if the request is refused."""
-        started = time.perf_counter()
-        req = decode_request(body)
-        rows = to_rows(req)
+    async def submit(self, accepted: Accepted) -> tuple[StepOutput, BatchInfo]:
+        """Queue an accepted request and wait for its rows of the batch output."""
+        batcher = accepted.policy.batcher
+        assert batcher is not None  # _accept refused a policy without one
+        try:
+            return await batcher.submit(accepted.job)
+        finally:
+            self._done_with(accepted)
+
+    def observe_latency(self, accepted: Accepted, route: str) -> None:
+        if self.metrics is not None:
+            self.metrics.route_latency(accepted.name, route).observe(time.perf_counter() - accepted.started)
+
+    # ------------------------------------------------------------------ accept
+
+    def _accept(self, name: str, version: str | None, rows: Rows, options: ActRequest | _Options,
+                started: float) -> Accepted:
+        """Everything before the batch: resolve, validate, bind sessions, build the job.
+        Raises before any session changed if the request is refused. ``options`` is the
+        JSON request itself (no copy on the hot path) or another format's ``_Options``."""
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
-        step = policy.preparer.prepare(
-            rows, explore=req.explore, extras=frozenset(req.outputs) if req.outputs else _NO_KEYS
-        )
+        step = policy.preparer.prepare(rows, explore=options.explore,
+                                       extras=frozenset(options.outputs) if options.outputs else _NO_KEYS)
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
@@ -142,13 +192,13 @@ class ActService:
             keys = frozenset((first.id,))
         else:
             keys = frozenset(s.id for s in sessions if s is not None)
-        unsquash = policy.unsquash_default if req.unsquash_actions is None else req.unsquash_actions
+        unsquash = policy.unsquash_default if options.unsquash_actions is None else options.unsquash_actions
         # RLlib clips only what it does not unsquash (unsquashing already lands in the bounds).
-        clip = (policy.clip_default and not unsquash) if req.clip_actions is None else req.clip_actions
-        return _Accepted(started, name, policy, rows.single, unsquash, clip, req.debug,
-                         step, sessions, Job(step, step.rows, keys))
+        clip = (policy.clip_default and not unsquash) if options.clip_actions is None else options.clip_actions
+        return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
+                        Job(step, step.rows, keys))
 
-    def _finish(self, accepted: _Accepted, output: StepOutput, info: BatchInfo) -> bytes:
+    def _finish(self, accepted: Accepted, output: StepOutput, info: BatchInfo) -> bytes:
         payload = self._response(accepted, output, info)
         if self.metrics is not None:
             self.metrics.act_latency(accepted.name).observe(time.perf_counter() - accepted.started)
@@ -225,7 +275,7 @@ class ActService:
         step.has_sessions = True
         return sessions
 
-    def _done_with(self, accepted: _Accepted) -> None:
+    def _done_with(self, accepted: Accepted) -> None:
         """The request's batch is over (or it never got queued): unpin its sessions."""
         if accepted.step.has_sessions:
             self._release(accepted.policy, accepted.sessions)
@@ -244,7 +294,7 @@ class ActService:
     # ------------------------------------------------------------------ response
 
     @staticmethod
-    def _response(accepted: _Accepted, output: StepOutput, info: BatchInfo) -> ActResponse:
+    def _response(accepted: Accepted, output: StepOutput, info: BatchInfo) -> ActResponse:
         policy, step, single = accepted.policy, accepted.step, accepted.single
         batch, start, stop = output.batch, output.start, output.stop
         pick = _item if single else _rows  # the single form answers with the row itself

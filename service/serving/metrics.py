@@ -115,6 +115,7 @@ class Metrics:
         self.observations = Counter(
             "rlserve_observations_total", "Observations acted on", ["model"], registry=self.registry)
         self._act_children: dict[str, _Child] = {}
+        self._route_children: dict[tuple[str, str], _Child] = {}
         self._session_counts: SessionCounts = lambda: ()
         self.registry.register(_SessionCollector(lambda: self._session_counts()))
 
@@ -128,6 +129,14 @@ class Metrics:
         child = self._act_children.get(model)
         if child is None:
             child = self._act_children[model] = self.request_latency.labels(model, "act")
+        return child
+
+    def route_latency(self, model: str, route: str) -> _Child:
+        """The latency histogram child of ``model`` on another route (e.g. ``infer``)."""
+        key = (model, route)
+        child = self._route_children.get(key)
+        if child is None:
+            child = self._route_children[key] = self.request_latency.labels(model, route)
         return child
 
     def watch_sessions(self, counts: SessionCounts) -> None:

@@ -9,7 +9,7 @@ the batcher's thread, never concurrently with itself for one model version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,8 @@ class BatchOutput:
     value: list[Any] | None  # only when some request asked for it
     entropy: list[Any] | None
     dist_inputs: list[Any] | None  # only when some request asked for it
+    # The same outputs as arrays (B, ...), for tensor wire formats; None where undefined.
+    arrays: dict[str, np.ndarray | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -169,6 +171,7 @@ class BatchStep:
             value=floats_json(value) if any("value" in s.extras for s in steps) else None,
             entropy=floats_json(entropy),
             dist_inputs=dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None,
+            arrays={"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs},
         )
         results, start = [], 0
         for step in steps:

@@ -224,7 +224,7 @@ def _(space: Repeated, data: Any, field: str) -> list:
 
 # --------------------------------------------------------------------------- batches
 
-def decode_batch(space: gs.Space, items: list[Any], field: str) -> list[Any] | np.ndarray:
+def decode_batch(space: gs.Space, items: list[Any] | np.ndarray, field: str) -> list[Any] | np.ndarray:
     """Decode a list of values, naming each one ``field[i]`` in errors.
 
     A Box batch sent as plain lists comes back stacked as one (B, *shape) array.
@@ -236,7 +236,7 @@ def decode_batch(space: gs.Space, items: list[Any], field: str) -> list[Any] | n
     return [decode_value(space, item, f"{field}[{i}]") for i, item in enumerate(items)]
 
 
-def _decode_box_rows(space: gs.Box, items: list[Any], field: str) -> np.ndarray | None:
+def _decode_box_rows(space: gs.Box, items: list[Any] | np.ndarray, field: str) -> np.ndarray | None:
     """One numpy call for a batch of list-form Box values; None defers to per-row errors."""
     try:
         arr = np.asarray(items)

@@ -102,7 +102,9 @@ class Preparer:
                 rows=1,
             )
         decoded: list[Any] | np.ndarray
-        if rows.single:
+        if rows.decoded:
+            decoded = rows.observations
+        elif rows.single:
             decoded = [self._decode_obs(space, rows.observations[0], field)]
         else:
             decoded = codec.decode_batch(space, rows.observations, field)

@@ -5,16 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(slots=True)
 class Rows:
     """One request as per-row lists (length B); ``single`` remembers the form.
 
     The ``has_*`` flags let the common plain request skip the per-row field checks.
+    ``decoded`` marks observations another wire format already decoded and validated
+    against the observation space (``rlserve.service.step.columns``): a stacked
+    ``(B, *shape)`` array for a simple space, one structured value per row otherwise.
     """
 
     single: bool
-    observations: list[Any]
+    observations: list[Any] | np.ndarray
     session_ids: list[str | None]
     episode_starts: list[bool]
     rewards: list[float | None]
@@ -25,6 +30,7 @@ class Rows:
     has_rewards: bool = True
     has_prev_actions: bool = True
     has_masks: bool = True
+    decoded: bool = False
 
     def __len__(self) -> int:
         return len(self.observations)

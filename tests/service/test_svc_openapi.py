@@ -22,6 +22,8 @@ async def test_every_documented_error_has_the_error_body_and_fastapis_422_is_gon
     assert "HTTPValidationError" not in spec["components"]["schemas"]
     documented = {}
     for path, operations in spec["paths"].items():
+        if path == "/v2" or path.startswith("/v2/"):
+            continue  # the Open Inference Protocol's own error shape (tests/service/test_svc_kserve_v2.py)
         for method, operation in operations.items():
             codes = {code for code in operation["responses"] if code.startswith(("4", "5"))}
             documented[f"{method.upper()} {path}"] = codes

@@ -7,6 +7,8 @@
 - The step layer (one model's step) never imports the request edge or the routers.
 - Loaded models and sessions never import the request edge or the routers either.
 - Only the routers and the app factory import FastAPI.
+- Other wire protocols (``service/protocols``) sit on the act use case without FastAPI;
+  the request edge and the layers below it never import them.
 
 Serving ONNX bundles without torch is checked by running the server in a subprocess
 (tests/service/test_svc_torch_free.py).
@@ -74,12 +76,17 @@ RULES = [
     ("the client imports nothing of the server or the catalog", "service/client", None,
      ("rlserve.service", "rlserve.models", "fastapi", "starlette", "uvicorn", "torch", "onnxruntime")),
     ("the step layer never imports the request edge or the routers", "service/step", None,
-     ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "fastapi", "starlette")),
+     ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols",
+      "fastapi", "starlette")),
     ("loaded models never import the request edge or the routers", "service/serving", None,
-     ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "fastapi", "starlette")),
+     ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols",
+      "fastapi", "starlette")),
     ("sessions never import the request edge, the routers or the step layer", "service/sessions", None,
      ("rlserve.service.act", "rlserve.service.api", "rlserve.service.step", "fastapi", "starlette")),
-    ("the request edge is framework-free (no FastAPI)", "service/act", None, ("fastapi",)),
+    ("the request edge is framework-free (no FastAPI)", "service/act", None,
+     ("fastapi", "rlserve.service.protocols")),
+    ("other wire protocols sit on the act use case, framework-free", "service/protocols", None,
+     ("rlserve.service.api", "rlserve.service.app", "fastapi", "starlette")),
 ]
 
 

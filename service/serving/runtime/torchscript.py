@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 
 log = logging.getLogger("rlserve.runtime")
+# Inputs may be read-only views of a request body (binary tensor data); the module only
+# reads them, under inference_mode, so torch's warning about non-writable arrays is noise.
+warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
 
 
 class TorchScriptRuntime:

@@ -1,0 +1,124 @@
+"""The request's envelope: the JSON header split from the binary data, and the parameters.
+
+Request ``parameters`` carry rlserve's options (``explore``, ``seed``, ``clip_actions``,
+``unsquash_actions``), the sequence extension's (``sequence_id``, ``sequence_start``,
+``sequence_end``) and the binary extension's ``binary_data_output``; Triton's scheduling
+hints (``priority``, ``timeout``) are accepted and mean nothing here. Anything else is a
+400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from rlserve.service.errors import BadRequest
+from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
+
+MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
+_EMPTY = memoryview(b"")
+_BOOL_PARAMETERS = ("explore", "clip_actions", "unsquash_actions", "sequence_start", "sequence_end",
+                    "binary_data_output")
+_IGNORED_PARAMETERS = ("priority", "timeout")
+KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "sequence_id", *_IGNORED_PARAMETERS)
+
+
+@dataclass(slots=True)
+class Options:
+    """A request's parameters, checked."""
+
+    explore: bool | None = None
+    seed: int | None = None
+    clip: bool | None = None  # None: as the bundle says (RLlib's clip_actions / normalize_actions)
+    unsquash: bool | None = None
+    session_id: str | None = None
+    start: bool = False
+    end: bool = False
+    binary_output: bool = False
+
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """(JSON header, binary data after it) by the Inference-Header-Content-Length header."""
+    if header_length is None:
+        return body, _EMPTY
+    text = header_length.strip()
+    if not text.isdigit() or not 0 < int(text) <= len(body):
+        raise BadRequest(f"Inference-Header-Content-Length must be the JSON header's size in bytes, at most the "
+                         f"body's {len(body)}", field="Inference-Header-Content-Length",
+                         expected=f"an integer in [1, {len(body)}]", received=header_length)
+    size = int(text)
+    return body[:size], memoryview(body)[size:]
+
+
+def decode_request(header: bytes) -> InferRequest:
+    if not header:
+        raise BadRequest("empty request body; expected an inference request JSON object",
+                         expected="a JSON object with 'inputs'", received="an empty body")
+    try:
+        return INFER_DECODER.decode(header)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        where = text.rsplit(" - at `$", 1)
+        field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
+        raise BadRequest(f"invalid inference request: {text}", field=field,
+                         expected="the Open Inference Protocol's $inference_request", received=where[0]) from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequest(f"the inference request is not valid JSON: {exc}",
+                         expected="a UTF-8 JSON object (binary data only after Inference-Header-Content-Length)",
+                         received=f"{len(header)} bytes that do not parse") from None
+
+
+def _flag(parameters: dict[str, Parameter], name: str) -> bool:
+    value = parameters.get(name, False)
+    if type(value) is not bool:
+        raise BadRequest(f"parameters.{name} must be a boolean", field=f"parameters.{name}", expected="true or false",
+                         received=value)
+    return value
+
+
+def parse_parameters(parameters: dict[str, Parameter]) -> Options:
+    options = Options()
+    if not parameters:
+        return options
+    unknown = sorted(set(parameters) - set(KNOWN_PARAMETERS))
+    if unknown:
+        raise BadRequest(f"unknown request parameter(s) {unknown}", field=f"parameters.{unknown[0]}",
+                         expected=list(KNOWN_PARAMETERS), received=unknown)
+    if "explore" in parameters:
+        options.explore = _flag(parameters, "explore")
+    options.clip = _flag(parameters, "clip_actions") if "clip_actions" in parameters else None
+    options.unsquash = _flag(parameters, "unsquash_actions") if "unsquash_actions" in parameters else None
+    options.start = _flag(parameters, "sequence_start")
+    options.end = _flag(parameters, "sequence_end")
+    options.binary_output = _flag(parameters, "binary_data_output")
+    options.session_id = sequence_id(parameters.get("sequence_id", 0))
+    seed = parameters.get("seed")
+    if seed is not None:
+        if type(seed) is not int or seed < 0:
+            raise BadRequest("parameters.seed must be a non-negative integer", field="parameters.seed",
+                             expected="an integer >= 0", received=seed)
+        if not options.start:
+            raise BadRequest("parameters.seed seeds a sequence's sampler when it starts; send it with "
+                             "sequence_id and sequence_start=true", field="parameters.seed",
+                             expected="sequence_start=true with a seed", received=seed)
+        options.seed = seed
+    for name in ("sequence_start", "sequence_end"):
+        if getattr(options, name.removeprefix("sequence_")) and options.session_id is None:
+            raise BadRequest(f"parameters.{name} needs a sequence: set parameters.sequence_id (a non-zero integer "
+                             "or a non-empty string)", field="parameters.sequence_id",
+                             expected="a non-zero sequence_id", received=parameters.get("sequence_id"))
+    return options
+
+
+def sequence_id(value: Parameter) -> str | None:
+    """The session id of a sequence id (int or string; 0 and "" mean no sequence). The
+    integer 7 and the string "7" name the same session, also on the JSON API."""
+    if type(value) is int and 0 <= value <= MAX_SEQUENCE_ID:
+        return str(value) if value else None
+    if type(value) is str:
+        return value or None
+    raise BadRequest("parameters.sequence_id must be an unsigned 64-bit integer or a string",
+                     field="parameters.sequence_id", expected=f"an integer in [0, {MAX_SEQUENCE_ID}] or a string",
+                     received=value)

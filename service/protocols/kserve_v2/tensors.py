@@ -1,0 +1,133 @@
+"""Tensors on the wire: the protocol's datatypes, inline JSON ``data`` and binary buffers.
+
+Binary tensor data (Triton's extension) is little-endian, row-major, without padding; a
+request's binary inputs follow its JSON header in the order of ``inputs``, each
+``parameters.binary_data_size`` bytes long. They are read with ``numpy.frombuffer``: a
+view of the request body, no copy (the batch copies the rows once, into the model input).
+Outputs go back the same way when asked for (``binary_data``), else as flat JSON lists.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from rlserve.service.errors import BadRequest
+from rlserve.service.protocols.kserve_v2.wire import (
+    InferRequestInput,
+    InferResponseOutput,
+    Parameters,
+)
+
+# The protocol's datatypes as (little-endian) numpy dtypes. BYTES (length-prefixed
+# strings) has no numeric meaning for a policy and is refused where it is received.
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"), "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"), "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+}
+_NAMES = {dtype: name for name, dtype in DATATYPES.items()}
+_INLINE_KIND = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}  # JSON numbers each datatype takes inline
+
+
+def datatype_of(dtype: np.dtype) -> str:
+    """The protocol's name for a numpy dtype (native byte order)."""
+    name = _NAMES.get(np.dtype(dtype).newbyteorder("<"))
+    if name is None:
+        raise ValueError(f"dtype {np.dtype(dtype).name} has no Open Inference Protocol datatype")
+    return name
+
+
+def _describe(inp: InferRequestInput) -> str:
+    return f"input '{inp.name}'"
+
+
+def read_input(inp: InferRequestInput, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+    """The tensor of ``inp`` shaped as sent, and the offset after its binary data (if any).
+
+    Binary data is a read-only view of ``binary``; inline data a new array. Shape, size,
+    datatype and the binary framing are checked here, values against the space later."""
+    where = _describe(inp)
+    dtype = DATATYPES.get(inp.datatype)
+    if dtype is None:
+        if inp.datatype == "BYTES":
+            raise BadRequest(f"{where}: BYTES tensors are not supported; send numbers (FP32, INT64, UINT8, ...)",
+                             field=f"{inp.name}.datatype", expected=sorted(DATATYPES), received="BYTES")
+        raise BadRequest(f"{where}: unknown datatype {inp.datatype!r}", field=f"{inp.name}.datatype",
+                         expected=sorted(DATATYPES), received=inp.datatype)
+    count = math.prod(inp.shape)
+    size = inp.parameters.get("binary_data_size") if inp.parameters else None
+    if size is None:
+        return _inline(inp, dtype, count), offset
+    if type(size) is not int or size < 0:
+        raise BadRequest(f"{where}: binary_data_size must be a non-negative integer",
+                         field=f"{inp.name}.parameters.binary_data_size", expected="an integer >= 0", received=size)
+    if inp.data is not msgspec.UNSET:
+        raise BadRequest(f"{where}: has both 'data' and binary_data_size; send one", field=f"{inp.name}.data",
+                         expected="either inline data or binary data", received="both")
+    expected = count * dtype.itemsize
+    if size != expected:
+        raise BadRequest(
+            f"{where}: binary_data_size is {size} bytes, but shape {inp.shape} of {inp.datatype} needs {expected}",
+            field=f"{inp.name}.parameters.binary_data_size", expected=expected, received=size)
+    end = offset + size
+    if end > len(binary):
+        raise BadRequest(
+            f"{where}: its binary data would end at byte {end} after the JSON header, but only {len(binary)} "
+            "bytes follow it (check Inference-Header-Content-Length)",
+            field=f"{inp.name}.parameters.binary_data_size", expected=f"{end} bytes of binary data",
+            received=f"{len(binary)} bytes")
+    return np.frombuffer(binary, dtype=dtype, count=count, offset=offset).reshape(inp.shape), end
+
+
+def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
+    where = _describe(inp)
+    data = inp.data
+    if data is msgspec.UNSET:
+        raise BadRequest(f"{where}: no data; send 'data' or binary data (parameters.binary_data_size)",
+                         field=f"{inp.name}.data", expected="an array of numbers", received=None)
+    if not isinstance(data, list):
+        raise BadRequest(f"{where}: 'data' must be an array", field=f"{inp.name}.data",
+                         expected="an array of numbers", received=type(data).__name__)
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.dtype.kind not in _INLINE_KIND[dtype.kind]:
+        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "numbers"
+        got = "ragged arrays" if arr is None or arr.dtype == object else f"elements of dtype {arr.dtype.name}"
+        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; got {got}",
+                         field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
+    if arr.size != count:
+        raise BadRequest(f"{where}: 'data' has {arr.size} elements, but shape {inp.shape} needs {count}",
+                         field=f"{inp.name}.data", expected=count, received=arr.size)
+    if dtype.kind in "iu" and arr.size:
+        info = np.iinfo(dtype)
+        low, high = arr.min(), arr.max()
+        if low < info.min or high > info.max:
+            raise BadRequest(f"{where}: 'data' holds {low if low < info.min else high}, outside {inp.datatype}",
+                             field=f"{inp.name}.data", expected=f"integers in [{info.min}, {info.max}]",
+                             received=(low if low < info.min else high).item())
+    with np.errstate(over="ignore"):  # a float beyond FP32 becomes inf; the leaf check refuses it
+        return arr.astype(dtype, copy=False).reshape(inp.shape)
+
+
+def write_output(name: str, arr: np.ndarray, datatype: str, binary: bool, blobs: list[bytes]) -> InferResponseOutput:
+    """``arr`` (B, ...) as a response output; binary data is appended to ``blobs``."""
+    dtype = DATATYPES[datatype]
+    arr = np.ascontiguousarray(arr, dtype=dtype)
+    shape = list(arr.shape)
+    if binary:
+        raw = arr.tobytes()
+        blobs.append(raw)
+        params: Parameters = {"binary_data_size": len(raw)}
+        return InferResponseOutput(name=name, datatype=datatype, shape=shape, parameters=params)
+    data: list[Any] = arr.ravel().tolist()
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        # JSON has no NaN or infinities: those elements are null (the JSON API's convention).
+        data = [x if math.isfinite(x) else None for x in data]
+    return InferResponseOutput(name=name, datatype=datatype, shape=shape, data=data)

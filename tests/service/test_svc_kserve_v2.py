@@ -1,0 +1,275 @@
+"""The Open Inference Protocol in process (httpx over ASGI): framing, refusals, routes.
+
+The raw ASGI handler serves ``.../infer`` (the default fast path) and the FastAPI route
+serves it with the fast path off; both must answer alike. Every refusal is
+``{"error": "<message>"}`` with the protocol's status and a message naming the tensor or
+parameter, what was expected and what was received. Real bundles, real ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.asyncio
+
+OBS = np.array([[0.1, -0.2, 0.3, 0.05], [0.0, 0.5, -0.5, 0.25]], dtype=np.float32)
+
+
+def infer_body(inputs: list[dict[str, Any]], binary: bytes = b"", **extra: Any) -> tuple[bytes, dict[str, str]]:
+    header = json.dumps({"inputs": inputs, **extra}).encode()
+    if not binary:
+        return header, {"content-type": "application/json"}
+    return header + binary, {"inference-header-content-length": str(len(header)),
+                             "content-type": "application/octet-stream"}
+
+
+def binary_obs(arr: np.ndarray, name: str = "obs", datatype: str = "FP32") -> dict[str, Any]:
+    return {"name": name, "shape": list(arr.shape), "datatype": datatype,
+            "parameters": {"binary_data_size": arr.nbytes}}
+
+
+def json_obs(arr: np.ndarray, name: str = "obs", datatype: str = "FP32") -> dict[str, Any]:
+    return {"name": name, "shape": list(arr.shape), "datatype": datatype, "data": arr.tolist()}
+
+
+async def post(client, body: bytes, headers: dict[str, str], model: str = "mlp"):
+    return await client.post(f"/v2/models/{model}/infer", content=body, headers=headers)
+
+
+def refusal(response, status: int = 400) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str), body
+    return body["error"]
+
+
+def split(response) -> tuple[dict[str, Any], bytes]:
+    length = response.headers.get("inference-header-content-length")
+    if length is None:
+        return response.json(), b""
+    return json.loads(response.content[:int(length)]), response.content[int(length):]
+
+
+# --------------------------------------------------------------------------- answers
+
+async def test_binary_and_inline_inputs_and_outputs_carry_the_same_values(make_client):
+    _, client = make_client(("mlp",))
+    params = {"explore": False}
+    outputs = [{"name": "action", "parameters": {"binary_data": True}}, {"name": "logp"}]
+    body, headers = infer_body([binary_obs(OBS)], OBS.tobytes(), parameters=params, outputs=outputs)
+    binary = await post(client, body, headers)
+    assert binary.status_code == 200 and binary.headers["content-type"] == "application/octet-stream"
+    header, raw = split(binary)
+    action, logp = header["outputs"]
+    assert action["parameters"] == {"binary_data_size": 16} and action["shape"] == [2] and action["datatype"] == "INT64"
+    assert "data" in logp and "parameters" not in logp
+    nested = await post(client, *infer_body([json_obs(OBS)], parameters=params, outputs=[{"name": "action"},
+                                                                                          {"name": "logp"}]))
+    flat_input = {**json_obs(OBS), "data": OBS.ravel().tolist()}
+    flat = await post(client, *infer_body([flat_input], parameters=params, outputs=[{"name": "action"},
+                                                                                     {"name": "logp"}]))
+    assert nested.headers["content-type"] == "application/json"
+    assert nested.json() == flat.json()
+    assert np.frombuffer(raw, "<i8").tolist() == nested.json()["outputs"][0]["data"]
+    assert logp["data"] == nested.json()["outputs"][1]["data"]
+
+
+async def test_binary_data_output_sends_every_default_output_as_binary(make_client):
+    _, client = make_client(("mlp",))
+    body, headers = infer_body([binary_obs(OBS)], OBS.tobytes(), parameters={"binary_data_output": True})
+    header, raw = split(await post(client, body, headers))
+    sizes = [o["parameters"]["binary_data_size"] for o in header["outputs"]]
+    assert [o["name"] for o in header["outputs"]] == ["action", "logp"] and sizes == [16, 8]
+    assert len(raw) == sum(sizes)
+
+
+async def test_the_fastapi_route_answers_as_the_fast_path(make_client):
+    _, fast = make_client(("mlp", "masked"))
+    _, routed = make_client(("mlp", "masked"), fast_act_path=False)
+    requests = [
+        infer_body([binary_obs(OBS)], OBS.tobytes(), parameters={"explore": False, "binary_data_output": True}),
+        infer_body([json_obs(OBS)], parameters={"explore": False}, outputs=[{"name": "value"}], id="x"),
+        infer_body([json_obs(OBS[:, :3])]),  # refused: shape
+    ]
+    for body, headers in requests:
+        a, b = await post(fast, body, headers), await post(routed, body, headers)
+        assert (a.status_code, a.content) == (b.status_code, b.content)
+        assert a.headers.get("inference-header-content-length") == b.headers.get("inference-header-content-length")
+
+
+async def test_an_image_as_uint8_bytes_equals_the_json_apis_base64(make_client):
+    _, client = make_client(("image",))
+    image = np.random.default_rng(0).integers(0, 256, (2, 10, 10, 3), dtype=np.uint8)
+    params = {"explore": False, "binary_data_output": True}
+    body, headers = infer_body([binary_obs(image, datatype="UINT8")], image.tobytes(), parameters=params)
+    header, raw = split(await post(client, body, headers, model="image"))
+    b64 = [{"b64": base64.b64encode(row.tobytes()).decode(), "dtype": "uint8", "shape": [10, 10, 3]} for row in image]
+    expected = (await client.post("/v1/models/image/act", json={"observations": b64, "explore": False})).json()
+    action = np.frombuffer(raw[:header["outputs"][0]["parameters"]["binary_data_size"]], "<f4").reshape(2, 2)
+    np.testing.assert_array_equal(action, np.asarray(expected["actions"], np.float32))
+    # A float tensor for a uint8 image is taken when it holds whole numbers in range.
+    as_float = image.astype(np.float32)
+    body, headers = infer_body([binary_obs(as_float)], as_float.tobytes(), parameters=params)
+    assert split(await post(client, body, headers, model="image"))[1] == raw
+    as_float[1, 2, 3, 0] = 300.0
+    body, headers = infer_body([binary_obs(as_float)], as_float.tobytes())
+    message = refusal(await post(client, body, headers, model="image"))
+    assert "'obs'" in message and "row 1 index [2, 3, 0]" in message and "uint8" in message
+
+
+# --------------------------------------------------------------------------- binary framing
+
+async def test_binary_framing_errors_say_what_the_bytes_should_be(make_client):
+    _, client = make_client(("mlp",))
+    raw = OBS.tobytes()
+    header = json.dumps({"inputs": [binary_obs(OBS)]}).encode()
+    too_long = await post(client, header + raw, {"inference-header-content-length": str(len(header) + len(raw) + 1)})
+    assert "Inference-Header-Content-Length" in refusal(too_long)
+    missing = await post(client, header + raw, {})  # binary data without the header
+    assert "not valid JSON" in refusal(missing)
+    no_header_json = await post(client, header, {})
+    assert "only 0 bytes follow" in refusal(no_header_json)
+    wrong_size = dict(binary_obs(OBS), parameters={"binary_data_size": 31})
+    body, headers = infer_body([wrong_size], raw[:31])
+    message = refusal(await post(client, body, headers))
+    assert "'obs'" in message and "32" in message and "31" in message
+    body, headers = infer_body([binary_obs(OBS)], raw + b"\0\0\0\0")
+    assert "4 bytes of binary data follow" in refusal(await post(client, body, headers))
+    both = dict(json_obs(OBS), parameters={"binary_data_size": 32})
+    body, headers = infer_body([both], raw)
+    assert "both 'data' and binary_data_size" in refusal(await post(client, body, headers))
+
+
+# --------------------------------------------------------------------------- refusals
+
+@pytest.mark.parametrize(("inputs", "extra", "words"), [
+    ([json_obs(OBS), json_obs(OBS)], {}, ["'obs' is given twice"]),
+    ([json_obs(OBS, name="observation")], {}, ["unknown input 'observation'", "obs"]),
+    ([json_obs(np.zeros((2, 3), np.float32), name="action_mask", datatype="FP32")], {}, ["missing input(s) ['obs']"]),
+    ([json_obs(OBS), {"name": "action_mask", "shape": [3, 3], "datatype": "BOOL", "data": [True] * 9}], {},
+     ["'action_mask' has 3 rows", "2"]),
+    ([json_obs(np.zeros((0, 4), np.float32))], {}, ["no rows"]),
+    ([{"name": "obs", "shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], {}, ["7 elements", "needs 8"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "INT8", "data": [1, 2, 3, 400]}], {}, ["400", "INT8"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "FP32", "data": ["a", "b", "c", "d"]}], {}, ["FP32", "numbers"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "BYTES", "data": ["a", "b", "c", "d"]}], {}, ["BYTES"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "FP8", "data": [0, 0, 0, 0]}], {}, ["unknown datatype 'FP8'"]),
+    ([json_obs(OBS)], {"parameters": {"temperature": 2}}, ["unknown request parameter", "temperature", "explore"]),
+    ([json_obs(OBS)], {"parameters": {"explore": "yes"}}, ["parameters.explore", "boolean"]),
+    ([json_obs(OBS)], {"parameters": {"seed": 3}}, ["parameters.seed", "sequence_start"]),
+    ([json_obs(OBS)], {"parameters": {"sequence_start": True}}, ["sequence_id"]),
+    ([json_obs(OBS)], {"parameters": {"sequence_id": -4}}, ["sequence_id", "unsigned 64-bit"]),
+    ([json_obs(OBS)], {"outputs": [{"name": "q_values"}]}, ["unknown output 'q_values'", "dist_inputs"]),
+    ([json_obs(OBS)], {"outputs": [{"name": "action", "parameters": {"classification": 2}}]}, ["classification"]),
+    ([json_obs(OBS)], {"outputs": [{"name": "logp"}, {"name": "logp"}]}, ["requested twice"]),
+    ([json_obs(OBS)], {"model_name": "other"}, ["model_name 'other'", "mlp"]),
+    ([json_obs(OBS), {"name": "action_mask", "shape": [2, 3], "datatype": "BOOL", "data": [False] * 6}], {},
+     ["'action_mask' row 0", "excludes every action"]),
+])
+async def test_refusals_name_what_was_expected_and_received(make_client, inputs, extra, words):
+    _, client = make_client(("mlp",))
+    message = refusal(await post(client, *infer_body(inputs, **extra)))
+    for word in words:
+        assert word in message, message
+
+
+async def test_a_sequence_steps_one_row(make_client):
+    _, client = make_client(("lstm",))
+    message = refusal(await post(client, *infer_body([json_obs(OBS)], parameters={
+        "sequence_id": 5, "sequence_start": True}), model="lstm"))
+    assert "one row at a time" in message and "2 rows" in message
+
+
+async def test_unknown_models_versions_and_sequences_are_404(make_client):
+    _, client = make_client(("lstm",))
+    body, headers = infer_body([json_obs(OBS[:1])])
+    assert "no model named 'nope'" in refusal(await post(client, body, headers, model="nope"), 404)
+    pinned = await client.post("/v2/models/lstm/versions/9/infer", content=body, headers=headers)
+    assert "no version '9'" in refusal(pinned, 404)
+    stepped = await post(client, *infer_body([json_obs(OBS[:1])], parameters={"sequence_id": "never-started"}),
+                         model="lstm")
+    message = refusal(stepped, 404)
+    assert "unknown sequence 'never-started'" in message and "sequence_start=true" in message
+    assert "episode_start" not in message and "session" not in message.split("(")[0]
+
+
+async def test_a_full_queue_is_503_with_retry_after(make_client):
+    app, client = make_client(("mlp",), queue_limit=1)
+    batcher = app.state.registry.entry("mlp").policy().batcher
+    batcher._rows_queued = 1  # another request's rows are queued
+    response = await post(client, *infer_body([json_obs(OBS)]))
+    assert "retry later" in refusal(response, 503) and response.headers["retry-after"] == "1"
+
+
+# --------------------------------------------------------------------------- health, metadata, openapi
+
+async def test_health_and_metadata_routes(make_client):
+    app, client = make_client(("mlp", "lstm"))
+    assert (await client.get("/v2/health/live")).json() == {"live": True}
+    assert (await client.get("/v2/health/ready")).json() == {"ready": True}
+    server = (await client.get("/v2")).json()
+    assert server["name"] == "rlserve" and "binary_tensor_data" in server["extensions"]
+    assert (await client.get("/v2/models/lstm/ready")).json() == {"name": "lstm", "ready": True}
+    assert (await client.get("/v2/models/lstm/versions/1/ready")).status_code == 200
+    assert "no version '2'" in refusal(await client.get("/v2/models/lstm/versions/2/ready"), 404)
+    assert "no model named 'x'" in refusal(await client.get("/v2/models/x"), 404)
+    meta = (await client.get("/v2/models/lstm/versions/1")).json()
+    assert meta["platform"] == "rlserve_onnx" and meta["parameters"]["default_outputs"] == ["action", "logp"]
+    app.state.shutting_down = True
+    assert (await client.get("/v2/health/ready")).status_code == 503
+
+
+async def test_infer_latency_and_errors_are_counted(make_client):
+    app, client = make_client(("mlp",))
+    await post(client, *infer_body([json_obs(OBS)]))
+    await post(client, *infer_body([json_obs(OBS[:, :3])]))
+    metrics = (await client.get("/metrics")).text
+    assert 'rlserve_request_latency_seconds_count{model="mlp",route="infer"} 1.0' in metrics
+    assert 'rlserve_errors_total{code="bad_request",status="400"} 1.0' in metrics
+
+
+async def test_openapi_documents_every_route_status_and_body(make_client):
+    app, client = make_client(("mlp",))
+    spec = (await client.get("/openapi.json")).json()
+    paths = spec["paths"]
+    for path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v2/models/{name}",
+                 "/v2/models/{name}/versions/{version}", "/v2/models/{name}/ready",
+                 "/v2/models/{name}/versions/{version}/ready"):
+        assert "200" in paths[path]["get"]["responses"], path
+    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+        operation = paths[path]["post"]
+        assert set(operation["responses"]) >= {"200", "400", "404", "413", "500", "503"}
+        assert set(operation["requestBody"]["content"]) == {"application/json", "application/octet-stream"}
+        assert operation["responses"]["400"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/InferErrorResponse"}
+    components = spec["components"]["schemas"]
+    assert components["InferRequest"]["required"] == ["inputs"]
+    assert components["InferRequestInput"]["properties"]["shape"]["items"]["minimum"] == 0
+    assert components["InferErrorResponse"]["properties"] == {"error": {"type": "string"}}
+
+
+async def test_torchscript_reads_binary_inputs_in_place(make_client):
+    """Binary inputs reach the runtime as read-only views of the body; TorchScript serves
+    them as ONNX Runtime does."""
+    _, onnx = make_client(("mlp",), runtime="onnx")
+    _, torchscript = make_client(("mlp",), runtime="torchscript")
+    body, headers = infer_body([binary_obs(OBS)], OBS.tobytes(), parameters={"explore": False},
+                               outputs=[{"name": "action"}, {"name": "logp"}])
+    answers = [split(await post(client, body, headers))[0]["outputs"] for client in (onnx, torchscript)]
+    assert answers[0][0]["data"] == answers[1][0]["data"]
+    np.testing.assert_allclose(answers[0][1]["data"], answers[1][1]["data"], rtol=1e-5)
+
+
+async def test_every_refusal_under_v2_has_the_protocol_shape(make_client):
+    """Routing refusals too (an unknown path, a wrong method), not only the handlers'."""
+    _, client = make_client(("mlp",))
+    assert "no route GET /v2/models/mlp/stats" in refusal(await client.get("/v2/models/mlp/stats"), 404)
+    assert "not allowed" in refusal(await client.get("/v2/models/mlp/infer"), 405)
+    assert "not allowed" in refusal(await client.post("/v2/health/live"), 405)
+    unknown_v1 = await client.get("/v1/models/mlp/stats")  # the JSON API keeps its own shape
+    assert unknown_v1.status_code == 404 and unknown_v1.json()["error"]["code"] == "not_found"
