@@ -200,8 +200,7 @@ class ActService:
 
     def _finish(self, accepted: Accepted, output: StepOutput, info: BatchInfo) -> bytes:
         payload = self._response(accepted, output, info)
-        if self.metrics is not None:
-            self.metrics.act_latency(accepted.name).observe(time.perf_counter() - accepted.started)
+        self.observe_latency(accepted, "act")
         return _ENCODER.encode(payload)
 
     # ------------------------------------------------------------------ sessions

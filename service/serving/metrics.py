@@ -114,7 +114,6 @@ class Metrics:
             ["code", "status"], registry=self.registry)
         self.observations = Counter(
             "rlserve_observations_total", "Observations acted on", ["model"], registry=self.registry)
-        self._act_children: dict[str, _Child] = {}
         self._route_children: dict[tuple[str, str], _Child] = {}
         self._session_counts: SessionCounts = lambda: ()
         self.registry.register(_SessionCollector(lambda: self._session_counts()))
@@ -124,15 +123,9 @@ class Metrics:
         self.registry.register(histogram)
         return histogram
 
-    def act_latency(self, model: str) -> _Child:
-        """The latency histogram child of ``model``'s act route."""
-        child = self._act_children.get(model)
-        if child is None:
-            child = self._act_children[model] = self.request_latency.labels(model, "act")
-        return child
-
     def route_latency(self, model: str, route: str) -> _Child:
-        """The latency histogram child of ``model`` on another route (e.g. ``infer``)."""
+        """The latency histogram child of ``model`` on ``route`` (``act``, ``infer``), cached
+        so the hot path skips prometheus' label lookup."""
         key = (model, route)
         child = self._route_children.get(key)
         if child is None:
