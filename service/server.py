@@ -46,6 +46,13 @@ def serve_main(argv: list[str] | None = None) -> int:
     from rlserve.service.app import create_app
 
     app = create_app(settings)
+    # A checkpoint named on the command line is what the user asked to serve: one that does
+    # not load stops the start (a repository's bundles that fail are listed, not fatal).
+    failed = {spec: why for spec, why in app.state.registry.failures.items() if spec in settings.checkpoints}
+    if failed:
+        for spec, why in failed.items():
+            print(f"rlserve serve: --checkpoint {spec}: {why}", file=sys.stderr)
+        return 2
     # Everything allocated so far (frameworks, models) lives for the whole process; moving
     # it out of the collector's view keeps full collections from scanning it on the hot
     # path (measured: ~10 us per request and the tail latency spikes).

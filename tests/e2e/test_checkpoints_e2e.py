@@ -17,6 +17,7 @@ repository, served by a real ``rlserve serve`` process, and asked over HTTP:
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,12 @@ def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
     for i in range(10):
         _same(_flat(got["raw_action"][i]), _flat(fixed["action"][i]), f"{case_id} fixed[{i}]: model action")
     _close(got["value"], fixed["value"][:10], f"{case_id}: value")
+
+
+def test_a_checkpoint_that_does_not_load_stops_the_start(tmp_path: Path) -> None:
+    not_a_checkpoint = tmp_path / "no-such-checkpoint"
+    proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", "--checkpoint", f"mine={not_a_checkpoint}"],
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")})
+    assert proc.returncode == 2, proc.stderr
+    assert "--checkpoint mine=" in proc.stderr and "no such directory" in proc.stderr
