@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium.spaces as gs
 import torch
@@ -32,6 +32,7 @@ from rlserve.models.networks.complex_input import (
     components_for,
     preprocessor_leaf_shape,
 )
+from rlserve.models.networks.custom_policy import declares_signature
 from rlserve.models.networks.fcnet import FullyConnectedNetwork
 from rlserve.models.networks.policy import FeedForwardPolicy
 from rlserve.models.networks.visionnet import VisionNetwork
@@ -112,6 +113,8 @@ def build_model(
     if num_outputs is None:
         num_outputs = get_action_dist(action_space, config).num_outputs
     flag = _wrapper_flag(config)
+    if config.get("custom_model") and declares_signature(get_custom_model(config["custom_model"])):
+        return _build_policy_model(prep, action_space, config, num_outputs, flag)
     if flag is None:
         return FeedForwardPolicy(build_base_model(prep, action_space, config, num_outputs), prep.output_shape)
     module_name, class_name = _WRAPPERS[flag]
@@ -129,6 +132,42 @@ def describe_model(
     name = rllib_class_name(_base_class(prep.observation_space, prep.original_space, config))
     flag = _wrapper_flag(config)
     return name if flag is None else f"{name}_as_{_WRAPPERS[flag][1]}"
+
+
+def _build_policy_model(
+    prep: Any, action_space: gs.Space, config: Mapping[str, Any], num_outputs: int, flag: str | None
+) -> nn.Module:
+    """A custom model that declares its own state is the policy model: no wrapper around it."""
+    if flag is not None:
+        raise ValueError(
+            f"model_config.{flag}: the custom model {config['custom_model']!r} declares its own state; "
+            "it cannot also be wrapped (set use_lstm and use_attention to false)"
+        )
+    cls = get_custom_model(config["custom_model"])
+    model = cls(prep.observation_space, action_space, num_outputs, config, "model",
+                **dict(config.get("custom_model_config") or {}))
+    _check_policy_model(model, num_outputs)
+    return model
+
+
+def _check_policy_model(model: nn.Module, num_outputs: int) -> None:
+    """One zero batch through the declared signature, so a contract slip fails at build."""
+    sig = cast(Any, model).signature()
+    if sig.num_outputs != num_outputs:
+        raise ValueError(
+            f"custom model {type(model).__name__}: num_outputs {sig.num_outputs} differs from the action "
+            f"distribution's {num_outputs}"
+        )
+    inputs = [torch.zeros((2, *sig.obs_shape))] + [torch.zeros((2, *s.shape)) for s in sig.state]
+    with torch.no_grad():
+        outs = model(*inputs)
+    expected = [(2, num_outputs), (2,)] + [(2, *s.shape) for s in sig.state]
+    got = [tuple(o.shape) for o in outs] if isinstance(outs, tuple) else [type(outs).__name__]
+    if got != expected:
+        raise ValueError(
+            f"custom model {type(model).__name__}: forward(obs, *state) returned shapes {got}; "
+            f"expected {expected} (dist_inputs, value, one new state per declared state tensor)"
+        )
 
 
 def _check_custom_model(model: nn.Module, obs_shape: tuple[int, ...], num_outputs: int | None) -> None:

@@ -11,6 +11,9 @@ use_attention) the model sets ``num_outputs`` to its feature width.
 Names are plain strings; RLlib's dotted class paths of well-known example models are
 registered as aliases so that RLlib configs resolve without importing anything by path.
 A class may carry ``rllib_class_name`` to report the RLlib class it reproduces.
+
+A class derived from ``models/networks/custom_policy.py``'s ``RecurrentCustomModel``
+declares its own recurrent state and is a policy model itself (not wrapped by the catalog).
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ def _ensure_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from rlserve.models.networks.action_mask import RLLIB_PATHS, ActionMaskModel
+    from rlserve.models.networks import action_mask, rnn_model
 
-    for name in ("action_mask", *RLLIB_PATHS):
-        _REGISTRY.setdefault(name, ActionMaskModel)
+    for name in ("action_mask", *action_mask.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, action_mask.ActionMaskModel)
+    for name in ("rnn_model", *rnn_model.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, rnn_model.TorchRNNModel)

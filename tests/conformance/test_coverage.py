@@ -28,7 +28,7 @@ from conformance.keys_checked import (
     rule_for,
 )
 
-KINDS = ("feedforward", "lstm", "attention", "filter")
+KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent")
 _NO_CASES = "<no cases>"
 
 
@@ -76,7 +76,7 @@ def test_case_kind_is_known(name: str) -> None:
     assert case.kind in KINDS, f"{name}: unknown kind {case.kind!r}; the conformance tests know {KINDS}"
     weights = (case.path / "weights.npz").is_file()
     assert weights == (case.kind != "filter"), f"{name}: kind {case.kind!r} but weights.npz present={weights}"
-    if case.kind in ("lstm", "attention"):
+    if case.kind in ("lstm", "attention", "custom_recurrent"):
         assert case.meta["state"]["type"] == case.kind, f"{name}: state.type != kind"
 
 

@@ -21,7 +21,8 @@ from rlserve.models.catalog import build_model, describe_model
 from rlserve.models.rllib_import import load_rllib_weights
 from rlserve.models.spaces import space_from_json
 
-RECURRENT_KINDS = ("lstm", "attention")
+# custom_recurrent: a custom model that declares its own state (RLlib's TorchRNNModel example).
+RECURRENT_KINDS = ("lstm", "attention", "custom_recurrent")
 ATOL = 1e-5
 
 
@@ -100,7 +101,7 @@ def test_signature_matches_recorded_state(case):
     state = case.meta["state"]
     assert len(sig.state) == state["num_state_tensors"]
     assert all(s.initial_value == 0.0 for s in sig.state)  # RLlib starts from zeros
-    if case.kind == "lstm":
+    if case.kind in ("lstm", "custom_recurrent"):
         assert [list(s.shape) for s in sig.state] == state["state_shapes_per_row"]
     else:
         assert sig.prev.windowed

@@ -28,7 +28,7 @@ from rlserve.service.sessions.slabs import SessionSlabs
 
 
 def _recurrent_names() -> list[str]:
-    kinds = ("lstm", "attention")
+    kinds = ("lstm", "attention", "custom_recurrent")
     return [n for n in case_names() if json.loads((oracle_dir() / n / "case.json").read_text())["kind"] in kinds]
 
 

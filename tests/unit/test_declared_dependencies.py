@@ -47,7 +47,7 @@ TORCH_SIDE = (
 )
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
-OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}}
+OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"}}
 
 
 def _normalize(name: str) -> str:

@@ -1,0 +1,449 @@
+"""Record conformance cases of RLlib's example custom models (old API stack) from real RLlib.
+
+Not part of rlserve: it needs ray (run it with a separate environment, never the
+project's), e.g.
+
+    /work/rayenv/bin/python scripts/record_rllib_cases.py tests/fixtures/oracle \\
+        --examples-dir /path/to/rllib/examples/_old_api_stack/models
+
+The output folder gets the layout of ``shared/oracle/fixtures/`` (check_format.md):
+``MANIFEST.json`` (versions, cases) and per case ``case.json``, ``weights.npz`` and
+``io.npz``. The kinds recorded here and their io keys are described in
+docs/recorded_cases.md.
+
+RLlib's example model classes (``ray.rllib.examples._old_api_stack.models.<module>``) are
+imported from ray when the installed ray has them; ray 2.60's wheel no longer ships
+``rnn_model.py``, ``trajectory_view_utilizing_models.py`` and ``batch_norm_model.py``,
+so ``--examples-dir`` names a folder holding those files from ray's source tree (the ray
+commit is recorded in each case's notes from ``SOURCE.txt`` in that folder, when present).
+They are loaded under their own dotted module names, so the class paths stored in
+case.json are RLlib's.
+
+Weights: RLlib's own init (``torch.manual_seed(seed)`` before ``get_model_v2``), then
+perturbed (``W += N(0,1)*0.5/sqrt(fan_in)`` for dim>=2 parameters, ``+= N(0,0.2^2)`` for
+1-D ones). Every case is recorded, its weights reloaded into a freshly built RLlib model
+(another seed) and every io key recomputed: they must be bit-identical or the script fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXAMPLES = "ray.rllib.examples._old_api_stack.models"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Spec:
+    name: str
+    kind: str
+    module: str  # example module under EXAMPLES
+    cls: str
+    registered_as: str
+    obs_space: Any
+    action_space: Any
+    custom_model_config: dict[str, Any] = field(default_factory=dict)
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    batch: int = 4
+    steps: int = 5
+    seed: int = 0
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _specs() -> list[Spec]:
+    from gymnasium import spaces as gs
+
+    box = lambda n: gs.Box(-1.0, 1.0, (n,), np.float32)  # noqa: E731
+    return [
+        Spec(
+            "custom_rnn_small", "custom_recurrent", "rnn_model", "TorchRNNModel", "rnn",
+            box(4), gs.Discrete(3), {"fc_size": 16, "lstm_state_size": 8}, batch=3, steps=6, seed=101,
+            description="RLlib's TorchRNNModel (fc -> LSTM -> action/value heads) on a Box(4) obs",
+        ),
+        Spec(
+            "custom_rnn_box_action", "custom_recurrent", "rnn_model", "TorchRNNModel", "rnn",
+            box(6), gs.Box(-2.0, 2.0, (2,), np.float32), {"fc_size": 12, "lstm_state_size": 5},
+            batch=4, steps=5, seed=102,
+            description="RLlib's TorchRNNModel with other sizes and a DiagGaussian action",
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- loading the examples
+
+
+def _example_module(stem: str, examples_dir: Path | None) -> Any:
+    dotted = f"{EXAMPLES}.{stem}"
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError:
+        pass
+    if examples_dir is None or not (examples_dir / f"{stem}.py").is_file():
+        sys.exit(f"{dotted} is not in the installed ray; pass --examples-dir holding {stem}.py from ray's source")
+    spec = importlib.util.spec_from_file_location(dotted, examples_dir / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[dotted] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- spaces and config as JSON
+
+
+def _number(x: float) -> Any:
+    x = float(x)
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _bound(arr: np.ndarray) -> Any:
+    flat = np.asarray(arr, np.float64).ravel()
+    if flat.size and np.all(flat == flat[0]):
+        return _number(flat[0])
+    return np.vectorize(_number, otypes=[object])(np.asarray(arr, np.float64)).tolist()
+
+
+def space_json(space: Any) -> dict[str, Any]:
+    from gymnasium import spaces as gs
+
+    if isinstance(space, gs.Box):
+        return {"type": "Box", "low": _bound(space.low), "high": _bound(space.high),
+                "shape": list(space.shape), "dtype": str(space.dtype)}
+    if isinstance(space, gs.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gs.Dict):
+        keys = list(space.spaces)
+        return {"type": "Dict", "keys": keys, "spaces": {k: space_json(space.spaces[k]) for k in keys}}
+    if isinstance(space, gs.Tuple):
+        return {"type": "Tuple", "spaces": [space_json(s) for s in space.spaces]}
+    raise TypeError(f"no JSON form for {space!r} in this script")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, str | int | bool) or value is None:
+        return value
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return repr(value)
+
+
+# ---------------------------------------------------------------- weights
+
+
+def _perturb(model: Any, gen: Any) -> None:
+    import torch
+
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.dim() >= 2:
+                fan_in = int(np.prod(p.shape[1:]))
+                p.add_(torch.randn(p.shape, generator=gen) * 0.5 / np.sqrt(fan_in))
+            else:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.2)
+
+
+def _init_stats(state: dict[str, Any]) -> dict[str, Any]:
+    stats = {}
+    for key, tensor in state.items():
+        a = tensor.detach().double().numpy()
+        entry = {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()), "std": float(a.std())}
+        if a.ndim >= 2:
+            norms = np.linalg.norm(a.reshape(a.shape[0], -1), axis=1)
+            entry.update(row_norm_min=float(norms.min()), row_norm_max=float(norms.max()))
+        stats[key] = entry
+    return stats
+
+
+def _weights_meta(model: Any, init_stats: dict[str, Any], reached: set[str]) -> dict[str, Any]:
+    state = model.state_dict(keep_vars=True)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    by_ptr: dict[int, list[str]] = {}
+    for key, tensor in state.items():
+        by_ptr.setdefault(tensor.data_ptr(), []).append(key)
+    unique = {keys[0]: state[keys[0]] for keys in by_ptr.values()}
+    return {
+        "num_keys": len(state),
+        "num_unique_tensors": len(unique),
+        "num_parameters_unique": int(sum(t.numel() for k, t in unique.items() if k in params)),
+        "buffer_keys": sorted(k for k in state if k not in params),
+        "aliased_keys": [keys for keys in by_ptr.values() if len(keys) > 1],
+        "unreached_keys": sorted(k for k in params if k not in reached),
+        "shapes": {k: list(t.shape) for k, t in state.items()},
+        "init": "RLlib's own initialisation (torch.manual_seed(seed) before get_model_v2) followed by perturb(): "
+        "W += N(0,1)*0.5/sqrt(fan_in) for dim>=2 params, += N(0,0.2^2) for 1-D params; buffers untouched "
+        "unless the case's notes say otherwise. init_stats = per-key stats of the unperturbed RLlib init.",
+        "init_stats": init_stats,
+    }
+
+
+def _reached_parameters(model: Any, outputs: list[Any]) -> set[str]:
+    """Parameters with a gradient path to the given outputs (model_out and value)."""
+    import torch
+
+    params = dict(model.named_parameters(remove_duplicate=False))
+    total = sum(o.float().sum() for o in outputs if o.requires_grad)
+    grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+    return {k for (k, _), g in zip(params.items(), grads, strict=True) if g is not None}
+
+
+# ---------------------------------------------------------------- one case
+
+
+class Recorder:
+    """Builds the RLlib model of a spec, runs its kind's recording, checks the reload."""
+
+    def __init__(self, spec: Spec, examples_dir: Path | None):
+        self.spec = spec
+        self.module = _example_module(spec.module, examples_dir)
+        self.cls = getattr(self.module, spec.cls)
+        from ray.rllib.models import MODEL_DEFAULTS, ModelCatalog
+
+        ModelCatalog.register_custom_model(spec.registered_as, self.cls)
+        self.overrides = {"custom_model": spec.registered_as, "custom_model_config": spec.custom_model_config,
+                          **spec.model_overrides}
+        # As a policy hands it over: MODEL_DEFAULTS merged with the overrides.
+        self.config = {**MODEL_DEFAULTS, **self.overrides}
+
+    def build(self, seed: int) -> tuple[Any, Any, Any, int]:
+        import torch
+        from ray.rllib.models import ModelCatalog
+
+        dist_class, num_outputs = ModelCatalog.get_action_dist(self.spec.action_space, self.config, framework="torch")
+        prep = ModelCatalog.get_preprocessor_for_space(self.spec.obs_space, self.config)
+        torch.manual_seed(seed)
+        model = ModelCatalog.get_model_v2(
+            prep.observation_space, self.spec.action_space, num_outputs, self.config, framework="torch"
+        )
+        return model, dist_class, prep, num_outputs
+
+
+def _dist_meta(dist_class: Any) -> dict[str, Any]:
+    import functools
+
+    kwargs: dict[str, Any] = {}
+    cls = dist_class
+    if isinstance(dist_class, functools.partial):
+        cls = dist_class.func
+        kwargs = {k: (space_json(v) if hasattr(v, "sample") else _jsonable(v)) for k, v in dist_class.keywords.items()}
+    return {"class": cls.__name__, "module": cls.__module__, "kwargs": kwargs}
+
+
+def _preprocessor_meta(prep: Any, obs_space: Any) -> dict[str, Any]:
+    from ray.rllib.models.preprocessors import NoPreprocessor
+
+    if not isinstance(prep, NoPreprocessor):
+        raise NotImplementedError("this script records NoPreprocessor observations only")
+    shape = [int(d) for d in prep.shape]
+    return {
+        "class": type(prep).__name__, "output_shape": shape, "size": int(prep.size),
+        "options": {"dim": 84, "grayscale": False, "zero_mean": True},
+        "layout": [{"path": "obs", "preprocessor": type(prep).__name__, "offset": 0, "size": int(prep.size),
+                    "output_shape": shape}],
+        "output_dtype": str(np.dtype(obs_space.dtype)),
+    }
+
+
+def _torch(x: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _dist_keys(dist_class: Any, model: Any, logits: Any, out: dict[str, list[np.ndarray]], sample_seed: int) -> Any:
+    """dist/* keys of one step; returns the sampled action (the one the episode takes)."""
+    import torch
+
+    dist = dist_class(logits, model)
+    with torch.no_grad():
+        det = dist.deterministic_sample()
+        out.setdefault("dist/deterministic_sample", []).append(det.numpy())
+        out.setdefault("dist/entropy", []).append(dist.entropy().numpy())
+        torch.manual_seed(sample_seed)
+        sample = dist.sample()
+        out.setdefault("dist/actions/dist_sample", []).append(sample.numpy())
+        out.setdefault("dist/logp/dist_sample", []).append(dist.logp(sample).numpy())
+    return sample
+
+
+def record_custom_recurrent(rec: Recorder, model: Any, dist_class: Any) -> dict[str, np.ndarray]:
+    """T steps, one observation per call (seq_lens = 1), state carried from get_initial_state()."""
+    import torch
+
+    spec = rec.spec
+    rng = np.random.default_rng(spec.seed)
+    spec.obs_space.seed(spec.seed)
+    obs = np.stack([np.stack([spec.obs_space.sample() for _ in range(spec.batch)]) for _ in range(spec.steps)])
+    seq_lens = np.ones(spec.batch, np.int32)
+    state = [torch.as_tensor(np.tile(np.asarray(s.detach() if hasattr(s, "detach") else s)[None], (spec.batch, 1)))
+             for s in model.get_initial_state()]
+    out: dict[str, list[np.ndarray]] = {}
+    for t in range(spec.steps):
+        obs_t = _torch(obs[t])
+        for i, s in enumerate(state):
+            out.setdefault(f"state_in/{i}", []).append(s.numpy().copy())
+        with torch.no_grad():
+            logits, state = model({"obs": obs_t, "obs_flat": obs_t}, state, _torch(seq_lens))
+            value = model.value_function()
+        out.setdefault("model_out", []).append(logits.numpy())
+        out.setdefault("value", []).append(value.numpy())
+        for i, s in enumerate(state):
+            out.setdefault(f"state_out/{i}", []).append(s.numpy().copy())
+        taken = _dist_keys(dist_class, model, logits, out, sample_seed=int(rng.integers(1 << 30)))
+        # The episode goes on with the sampled action and a made-up reward (what a session reports).
+        out.setdefault("actions_taken", []).append(taken.numpy())
+        out.setdefault("rewards", []).append(rng.normal(size=spec.batch).astype(np.float32))
+    io = {k: np.stack(v) for k, v in out.items()}
+    return {"seq_lens": seq_lens, "obs": obs, "obs_flat": obs.astype(np.float32), **io}
+
+
+def _state_meta_custom_recurrent(model: Any) -> dict[str, Any]:
+    init = [np.asarray(s.detach() if hasattr(s, "detach") else s) for s in model.get_initial_state()]
+    return {
+        "type": "custom_recurrent",
+        "num_state_tensors": len(init),
+        "state_shapes_per_row": [list(s.shape) for s in init],
+        "initial_state": "zeros" if all(not s.any() for s in init) else [s.tolist() for s in init],
+    }
+
+
+RECORDERS: dict[str, tuple[Callable[..., dict[str, np.ndarray]], Callable[[Any], dict[str, Any]] | None]] = {
+    "custom_recurrent": (record_custom_recurrent, _state_meta_custom_recurrent),
+}
+
+
+def _reached(rec: Recorder, model: Any) -> set[str]:
+    """Gradient paths from one step of the recording's inputs (fresh graph, with grad)."""
+    import torch
+
+    spec = rec.spec
+    obs = _torch(np.stack([spec.obs_space.sample() for _ in range(2)]).astype(np.float32))
+    state = [torch.zeros((2, *np.asarray(s.detach() if hasattr(s, "detach") else s).shape))
+             for s in model.get_initial_state()]
+    logits, _ = model({"obs": obs, "obs_flat": obs}, state, torch.ones(2, dtype=torch.int32))
+    return _reached_parameters(model, [logits, model.value_function()])
+
+
+def record_case(spec: Spec, out_dir: Path, examples_dir: Path | None, versions: dict[str, str]) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    rec = Recorder(spec, examples_dir)
+    record, state_meta = RECORDERS[spec.kind]
+    model, dist_class, prep, num_outputs = rec.build(spec.seed)
+    init_stats = _init_stats(model.state_dict())
+    _perturb(model, torch.Generator().manual_seed(spec.seed + 1))
+    model.eval()
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    io = record(rec, model, dist_class)
+
+    # The reload check: a fresh model with another init, the weights loaded, the same io.
+    fresh, _, _, _ = rec.build(spec.seed + 1000)
+    fresh.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+    fresh.eval()
+    again = record(rec, fresh, dist_class)
+    for key, value in io.items():
+        if not np.array_equal(value, again[key]):
+            raise SystemExit(f"{spec.name}: reloading weights.npz does not reproduce io key {key!r}")
+
+    # The dotted class path stands for the registered name (check_format.md); the name is in the notes.
+    named = {"custom_model": f"{EXAMPLES}.{spec.module}.{spec.cls}"}
+    config = {**dict(model.model_config), **named}
+    meta: dict[str, Any] = {
+        "format_version": FORMAT_VERSION, "case": spec.name, "kind": spec.kind, "description": spec.description,
+        "seed": spec.seed, "versions": versions, "torch_num_threads": 1,
+        "observation_space": space_json(spec.obs_space), "action_space": space_json(spec.action_space),
+        "model_config_overrides": _jsonable({**rec.overrides, **named}),
+        "model_config": _jsonable(config),
+        "model_class": type(model).__name__,
+        "model_class_mro": [c.__name__ for c in type(model).__mro__ if c.__name__ not in ("Module", "object")],
+        "num_outputs": int(num_outputs), "model_num_outputs": int(model.num_outputs),
+        "action_dist": _dist_meta(dist_class),
+        "preprocessor": _preprocessor_meta(prep, spec.obs_space),
+        "model_obs_space": {**space_json(prep.observation_space), "has_original_space": False},
+        "batch_size": spec.batch,
+    }
+    if "state_in/0" in io or spec.kind == "trajectory_view":
+        meta["T"] = spec.steps
+    if state_meta is not None:
+        meta["state"] = state_meta(model)
+    meta["weights"] = _weights_meta(model, init_stats, _reached(rec, model))
+    meta["dist_errors"] = {}
+    meta["io_keys"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in io.items()}
+    meta["notes"] = [f"registered with ModelCatalog.register_custom_model({spec.registered_as!r}, {spec.cls})",
+                     *spec.notes, *_source_notes(examples_dir, spec.module)]
+
+    case_dir = out_dir / spec.name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    (case_dir / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
+    np.savez_compressed(case_dir / "weights.npz", **weights)
+    np.savez_compressed(case_dir / "io.npz", **io)
+    return {"kind": spec.kind, "model_class": meta["model_class"], "action_dist": meta["action_dist"]["class"],
+            "dist_errors": {}}
+
+
+def _source_notes(examples_dir: Path | None, stem: str) -> list[str]:
+    try:
+        importlib.import_module(f"{EXAMPLES}.{stem}")
+        if sys.modules[f"{EXAMPLES}.{stem}"].__file__ and examples_dir is None:
+            return []
+    except ModuleNotFoundError:
+        pass
+    source = examples_dir / "SOURCE.txt" if examples_dir else None
+    text = source.read_text().strip() if source and source.is_file() else "ray's source tree"
+    return [f"{stem}.py is not in ray 2.60's wheel; loaded from {text}"]
+
+
+def _versions() -> dict[str, str]:
+    import gymnasium
+    import ray
+    import torch
+
+    return {"ray": ray.__version__, "torch": torch.__version__, "gymnasium": gymnasium.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--examples-dir", type=Path, default=None)
+    p.add_argument("--kind", action="append", help="record only these kinds (repeatable)")
+    args = p.parse_args()
+    versions = _versions()
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest_path = args.out / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"cases": {}}
+    manifest.update(format_version=FORMAT_VERSION, versions=versions)
+    for spec in _specs():
+        if args.kind and spec.kind not in args.kind:
+            continue
+        manifest["cases"][spec.name] = record_case(spec, args.out, args.examples_dir, versions)
+        print(f"recorded {spec.name} ({spec.kind})")
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
