@@ -1,0 +1,107 @@
+"""End to end: custom models with their own per-session inputs, served by a real uvicorn process.
+
+For each model kind that keeps something per session (a custom recurrent model's state,
+later trajectory windows), the policy of the first recorded case of that kind in
+tests/fixtures/oracle (RLlib's weights) is exported, served, and stepped through two
+episodes per session over HTTP with ``explore: false``; at every step the served
+``dist_inputs`` and ``value`` must equal the catalog model stepped in this process with its
+own carried inputs, and an episode start must reset them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from server_process import running_server
+
+from rlserve.models.catalog import build_model
+from rlserve.models.config import merge_model_config
+from rlserve.models.export.exporter import export_bundle
+from rlserve.models.rllib_import import load_rllib_weights
+from rlserve.models.spaces import space_from_json
+
+pytestmark = pytest.mark.e2e
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
+KINDS = ("custom_recurrent",)
+EPISODE_LENGTHS = (5, 3)
+
+
+def _first_case(kind: str) -> Path:
+    for case in sorted(FIXTURES.iterdir()):
+        meta_path = case / "case.json"
+        if meta_path.is_file() and json.loads(meta_path.read_text())["kind"] == kind:
+            return case
+    raise AssertionError(f"no case of kind {kind!r} in {FIXTURES}")
+
+
+def _model(case: Path) -> tuple[torch.nn.Module, Any, Any, dict[str, Any]]:
+    meta = json.loads((case / "case.json").read_text())
+    obs_space, action_space = space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
+    config = merge_model_config(meta["model_config"], action_space)
+    model = build_model(obs_space, action_space, config, num_outputs=meta["num_outputs"])
+    with np.load(case / "weights.npz") as weights:
+        load_rllib_weights(model, {k: weights[k] for k in weights.files})
+    return model.eval(), obs_space, action_space, config
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    repo = tmp_path_factory.mktemp("custom_repo")
+    models = {}
+    for kind in KINDS:
+        model, obs_space, action_space, config = _model(_first_case(kind))
+        export_bundle(model, obs_space=obs_space, action_space=action_space, model_config=config,
+                      out_dir=repo / kind, name=kind, formats=("onnx",))
+        models[kind] = (model, obs_space)
+    with running_server(["--repository", str(repo)], env={"RLSERVE_MAX_BATCH_DELAY_MS": "1"}) as url:
+        yield url, models
+
+
+class _Reference:
+    """The catalog model stepped in this process, carrying its own state between steps."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.sig = model.signature()
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = [torch.full((1, *s.shape), s.initial_value) for s in self.sig.state]
+
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        with torch.no_grad():
+            logits, value, *self.state = self.model(torch.from_numpy(obs[None].astype(np.float32)), *self.state)
+        return logits[0].numpy(), float(value[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sessions_step_like_the_catalog(served, kind: str) -> None:
+    url, models = served
+    model, obs_space = models[kind]
+    rng = np.random.default_rng(0)
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        for session in ("a", "b"):
+            reference = _Reference(model)
+            for episode, length in enumerate(EPISODE_LENGTHS):
+                reference.reset()
+                for t in range(length):
+                    obs = rng.uniform(obs_space.low, obs_space.high).astype(np.float32)
+                    body: dict[str, Any] = {"observation": obs.tolist(), "session_id": f"{kind}-{session}",
+                                            "explore": False, "outputs": ["dist_inputs", "value"]}
+                    if t == 0:
+                        body["episode_start"] = True
+                    else:
+                        body["reward"] = float(rng.normal())
+                    reply = client.post(f"/v1/models/{kind}/act", json=body)
+                    assert reply.status_code == 200, reply.text
+                    want_logits, want_value = reference.step(obs)
+                    got = reply.json()
+                    where = f"{kind} session {session} episode {episode} step {t}"
+                    np.testing.assert_allclose(got["dist_inputs"], want_logits, rtol=1e-4, atol=1e-5, err_msg=where)
+                    np.testing.assert_allclose(got["value"], want_value, rtol=1e-4, atol=1e-5, err_msg=where)
