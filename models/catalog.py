@@ -159,6 +159,11 @@ def _check_policy_model(model: nn.Module, num_outputs: int) -> None:
             f"distribution's {num_outputs}"
         )
     inputs = [torch.zeros((2, *sig.obs_shape))] + [torch.zeros((2, *s.shape)) for s in sig.state]
+    window = (sig.prev.n_prev_actions,) if sig.prev.windowed else ()
+    if sig.uses_prev_actions:
+        inputs.append(torch.zeros((2, *window, sig.prev.action_width)))
+    if sig.uses_prev_rewards:
+        inputs.append(torch.zeros((2, sig.prev.n_prev_rewards) if sig.prev.windowed else (2,)))
     with torch.no_grad():
         outs = model(*inputs)
     expected = [(2, num_outputs), (2,)] + [(2, *s.shape) for s in sig.state]

@@ -88,9 +88,11 @@ def _ensure_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from rlserve.models.networks import action_mask, rnn_model
+    from rlserve.models.networks import action_mask, frame_stacking, rnn_model
 
     for name in ("action_mask", *action_mask.RLLIB_PATHS):
         _REGISTRY.setdefault(name, action_mask.ActionMaskModel)
     for name in ("rnn_model", *rnn_model.RLLIB_PATHS):
         _REGISTRY.setdefault(name, rnn_model.TorchRNNModel)
+    for name in ("frame_stacking", *frame_stacking.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, frame_stacking.TorchFrameStackingCartPoleModel)

@@ -56,6 +56,10 @@ class ModelSignature:
     num_outputs: int
     state: tuple[StateSpec, ...] = ()
     prev: PrevSpec = field(default_factory=PrevSpec)
+    # Trajectory views the model reads, RLlib's view requirements by name, e.g.
+    # {"prev_n_obs": {"data_col": "obs", "shift": "-2:0"}}. How they reach the graph is
+    # the state and prev layout above; this documents it in the manifest.
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def is_recurrent(self) -> bool:
@@ -95,4 +99,5 @@ class ModelSignature:
                 for s in data.get("state", ())
             ),
             prev=PrevSpec(**data.get("prev", {})),
+            views={str(k): dict(v) for k, v in data.get("views", {}).items()},
         )

@@ -78,6 +78,18 @@ def _specs() -> list[Spec]:
             batch=4, steps=5, seed=102,
             description="RLlib's TorchRNNModel with other sizes and a DiagGaussian action",
         ),
+        Spec(
+            "frame_stack_3", "trajectory_view", "trajectory_view_utilizing_models",
+            "TorchFrameStackingCartPoleModel", "frame_stack_model", box(4), gs.Discrete(2), {"num_frames": 3},
+            batch=3, steps=6, seed=201,
+            description="RLlib's TorchFrameStackingCartPoleModel: last 3 obs, previous 3 actions and rewards",
+        ),
+        Spec(
+            "frame_stack_2_wide", "trajectory_view", "trajectory_view_utilizing_models",
+            "TorchFrameStackingCartPoleModel", "frame_stack_model", box(3), gs.Discrete(4), {"num_frames": 2},
+            batch=2, steps=5, seed=202,
+            description="RLlib's TorchFrameStackingCartPoleModel with 2 frames and 4 actions",
+        ),
     ]
 
 
@@ -227,6 +239,7 @@ class Recorder:
                           **spec.model_overrides}
         # As a policy hands it over: MODEL_DEFAULTS merged with the overrides.
         self.config = {**MODEL_DEFAULTS, **self.overrides}
+        self.dist_class: Any = None
 
     def build(self, seed: int) -> tuple[Any, Any, Any, int]:
         import torch
@@ -330,8 +343,68 @@ def _state_meta_custom_recurrent(model: Any) -> dict[str, Any]:
     }
 
 
+def _collector(model: Any, spec: Spec) -> Any:
+    """RLlib's sampler-side AgentCollector with the model's view requirements and a policy's
+    standard columns (they do not change the windows: the model's shifts are the widest)."""
+    from ray.rllib.evaluation.collectors.agent_collector import AgentCollector
+    from ray.rllib.policy.sample_batch import SampleBatch as SB
+    from ray.rllib.policy.view_requirement import ViewRequirement as VR
+
+    reqs = dict(model.view_requirements)
+    for col, req in {
+        SB.ACTIONS: VR(space=spec.action_space, used_for_compute_actions=False),
+        SB.REWARDS: VR(used_for_compute_actions=False),
+        SB.TERMINATEDS: VR(used_for_compute_actions=False),
+        SB.TRUNCATEDS: VR(used_for_compute_actions=False),
+        SB.NEXT_OBS: VR(data_col=SB.OBS, shift=1, space=spec.obs_space, used_for_compute_actions=False),
+    }.items():
+        reqs.setdefault(col, req)
+    return AgentCollector(reqs, max_seq_len=1, disable_action_flattening=False, intial_states=[],
+                          is_policy_recurrent=False, is_training=False)
+
+
+VIEW_COLUMNS = ("prev_n_obs", "prev_n_actions", "prev_n_rewards")
+
+
+def record_trajectory_view(rec: Recorder, model: Any, dist_class: Any) -> dict[str, np.ndarray]:
+    """T steps of B episodes; each row's windows are built by its own AgentCollector."""
+    import torch
+    from ray.rllib.policy.sample_batch import SampleBatch as SB
+
+    spec = rec.spec
+    rng = np.random.default_rng(spec.seed)
+    spec.obs_space.seed(spec.seed)
+    obs = np.stack([np.stack([spec.obs_space.sample() for _ in range(spec.batch)]) for _ in range(spec.steps)])
+    collectors = [_collector(model, spec) for _ in range(spec.batch)]
+    for b, c in enumerate(collectors):
+        c.add_init_obs(episode_id=b, agent_index=0, env_id=0, init_obs=obs[0, b], t=-1)
+    out: dict[str, list[np.ndarray]] = {}
+    for t in range(spec.steps):
+        built = [c.build_for_inference() for c in collectors]
+        views = {k: np.concatenate([np.asarray(x[k]) for x in built]) for k in VIEW_COLUMNS}
+        for k, v in views.items():
+            out.setdefault(k, []).append(v)
+        input_dict = {"obs": _torch(obs[t]), "obs_flat": _torch(obs[t]), **{k: _torch(v) for k, v in views.items()}}
+        with torch.no_grad():
+            logits, _ = model(input_dict, [], None)
+            value = model.value_function()
+        out.setdefault("model_out", []).append(logits.numpy())
+        out.setdefault("value", []).append(value.numpy())
+        taken = _dist_keys(dist_class, model, logits, out, sample_seed=int(rng.integers(1 << 30))).numpy()
+        rewards = rng.normal(size=spec.batch).astype(np.float32)
+        out.setdefault("actions_taken", []).append(taken)
+        out.setdefault("rewards", []).append(rewards)
+        nxt = obs[t + 1] if t + 1 < spec.steps else obs[t]
+        for b, c in enumerate(collectors):
+            c.add_action_reward_next_obs({SB.ACTIONS: taken[b], SB.REWARDS: float(rewards[b]), SB.NEXT_OBS: nxt[b],
+                                          SB.TERMINATEDS: False, SB.TRUNCATEDS: False})
+    io = {k: np.stack(v) for k, v in out.items()}
+    return {"obs": obs, "obs_flat": obs.astype(np.float32), **io}
+
+
 RECORDERS: dict[str, tuple[Callable[..., dict[str, np.ndarray]], Callable[[Any], dict[str, Any]] | None]] = {
     "custom_recurrent": (record_custom_recurrent, _state_meta_custom_recurrent),
+    "trajectory_view": (record_trajectory_view, None),
 }
 
 
@@ -343,7 +416,11 @@ def _reached(rec: Recorder, model: Any) -> set[str]:
     obs = _torch(np.stack([spec.obs_space.sample() for _ in range(2)]).astype(np.float32))
     state = [torch.zeros((2, *np.asarray(s.detach() if hasattr(s, "detach") else s).shape))
              for s in model.get_initial_state()]
-    logits, _ = model({"obs": obs, "obs_flat": obs}, state, torch.ones(2, dtype=torch.int32))
+    views = {}
+    if spec.kind == "trajectory_view":
+        views = {k: _torch(v[0, :2]) for k, v in record_trajectory_view(rec, model, rec.dist_class).items()
+                 if k in VIEW_COLUMNS}
+    logits, _ = model({"obs": obs, "obs_flat": obs, **views}, state, torch.ones(2, dtype=torch.int32))
     return _reached_parameters(model, [logits, model.value_function()])
 
 
@@ -354,6 +431,7 @@ def record_case(spec: Spec, out_dir: Path, examples_dir: Path | None, versions: 
     rec = Recorder(spec, examples_dir)
     record, state_meta = RECORDERS[spec.kind]
     model, dist_class, prep, num_outputs = rec.build(spec.seed)
+    rec.dist_class = dist_class
     init_stats = _init_stats(model.state_dict())
     _perturb(model, torch.Generator().manual_seed(spec.seed + 1))
     model.eval()

@@ -28,7 +28,7 @@ from conformance.keys_checked import (
     rule_for,
 )
 
-KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent")
+KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent", "trajectory_view")
 _NO_CASES = "<no cases>"
 
 

@@ -1,8 +1,8 @@
 """End to end: custom models with their own per-session inputs, served by a real uvicorn process.
 
 For each model kind that keeps something per session (a custom recurrent model's state,
-later trajectory windows), the policy of the first recorded case of that kind in
-tests/fixtures/oracle (RLlib's weights) is exported, served, and stepped through two
+a trajectory-view model's windows of observations, actions and rewards), the policy of
+the first recorded case of that kind in tests/fixtures/oracle (RLlib's weights) is exported, served, and stepped through two
 episodes per session over HTTP with ``explore: false``; at every step the served
 ``dist_inputs`` and ``value`` must equal the catalog model stepped in this process with its
 own carried inputs, and an episode start must reset them.
@@ -28,7 +28,7 @@ from rlserve.models.spaces import space_from_json
 
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
-KINDS = ("custom_recurrent",)
+KINDS = ("custom_recurrent", "trajectory_view")
 EPISODE_LENGTHS = (5, 3)
 
 
@@ -64,7 +64,8 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 
 class _Reference:
-    """The catalog model stepped in this process, carrying its own state between steps."""
+    """The catalog model stepped in this process, carrying its own state and its own windows
+    of previous actions and rewards (zeros before the episode start, oldest first)."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -73,10 +74,24 @@ class _Reference:
 
     def reset(self) -> None:
         self.state = [torch.full((1, *s.shape), s.initial_value) for s in self.sig.state]
+        self.actions = torch.zeros((1, self.sig.prev.n_prev_actions, self.sig.prev.action_width))
+        self.rewards = torch.zeros((1, self.sig.prev.n_prev_rewards))
+
+    def report(self, reward: float) -> None:
+        if self.sig.uses_prev_rewards:
+            self.rewards = torch.cat([self.rewards[:, 1:], torch.tensor([[reward]])], dim=1)
+
+    def served(self, action: Any) -> None:
+        if self.sig.uses_prev_actions:
+            row = torch.tensor(np.asarray(action, np.float32).reshape(1, 1, -1))
+            self.actions = torch.cat([self.actions[:, 1:], row], dim=1)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, float]:
+        prev = ([self.actions] if self.sig.uses_prev_actions else []) + (
+            [self.rewards] if self.sig.uses_prev_rewards else [])
         with torch.no_grad():
-            logits, value, *self.state = self.model(torch.from_numpy(obs[None].astype(np.float32)), *self.state)
+            logits, value, *self.state = self.model(
+                torch.from_numpy(obs[None].astype(np.float32)), *self.state, *prev)
         return logits[0].numpy(), float(value[0])
 
 
@@ -98,10 +113,12 @@ def test_sessions_step_like_the_catalog(served, kind: str) -> None:
                         body["episode_start"] = True
                     else:
                         body["reward"] = float(rng.normal())
+                        reference.report(body["reward"])
                     reply = client.post(f"/v1/models/{kind}/act", json=body)
                     assert reply.status_code == 200, reply.text
                     want_logits, want_value = reference.step(obs)
                     got = reply.json()
+                    reference.served(got["action"])
                     where = f"{kind} session {session} episode {episode} step {t}"
                     np.testing.assert_allclose(got["dist_inputs"], want_logits, rtol=1e-4, atol=1e-5, err_msg=where)
                     np.testing.assert_allclose(got["value"], want_value, rtol=1e-4, atol=1e-5, err_msg=where)
