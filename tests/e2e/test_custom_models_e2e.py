@@ -2,7 +2,8 @@
 
 For each model kind that keeps something per session (a custom recurrent model's state,
 a trajectory-view model's windows of observations, actions and rewards), the policy of
-the first recorded case of that kind in tests/fixtures/oracle (RLlib's weights) is exported, served, and stepped through two
+the first recorded case of that kind in tests/fixtures/oracle (RLlib's weights) is exported,
+served, and stepped through two
 episodes per session over HTTP with ``explore: false``; at every step the served
 ``dist_inputs`` and ``value`` must equal the catalog model stepped in this process with its
 own carried inputs, and an episode start must reset them.
