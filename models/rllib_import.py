@@ -121,7 +121,8 @@ def load_rllib_weights(model: nn.Module, state: Mapping[str, np.ndarray], *, str
         raise WeightImportError(f"weights do not fit {type(model).__name__}: " + "; ".join(problems))
     with torch.no_grad():
         for target, value in updates:
-            target.copy_(torch.as_tensor(np.ascontiguousarray(value)).to(target.dtype))
+            # reshape: np.ascontiguousarray turns a 0-d array (BatchNorm's num_batches_tracked) into shape (1,).
+            target.copy_(torch.as_tensor(np.ascontiguousarray(value)).reshape(target.shape).to(target.dtype))
     return model
 
 
