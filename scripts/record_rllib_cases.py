@@ -58,6 +58,12 @@ class Spec:
     batch: int = 4
     steps: int = 5
     seed: int = 0
+    # Training-mode forward passes (``is_training=True``) over random batches of this many rows
+    # each, run after the perturbation and before the weights are saved: they move batch-norm
+    # running statistics away from their (0, 1) start.
+    warmup_batches: tuple[int, ...] = ()
+    # Makes the sampled observations meaningful (e.g. a 0/1 action mask); (obs, rng) -> obs.
+    fix_obs: Callable[[Any, Any], Any] | None = None
     description: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -90,7 +96,31 @@ def _specs() -> list[Spec]:
             batch=2, steps=5, seed=202,
             description="RLlib's TorchFrameStackingCartPoleModel with 2 frames and 4 actions",
         ),
+        Spec(
+            "batch_norm_small", "batch_norm", "batch_norm_model", "TorchBatchNormModel", "bn_model",
+            box(4), gs.Discrete(3), batch=5, seed=301, warmup_batches=(16, 16, 8, 32),
+            description="RLlib's TorchBatchNormModel (2x [fc 256 relu, BatchNorm1d]) in inference mode after "
+            "four training-mode batches",
+            notes=[_WARMUP_NOTE],
+        ),
+        Spec(
+            "batch_norm_gaussian", "batch_norm", "batch_norm_model", "TorchBatchNormModel", "bn_model",
+            gs.Box(-3.0, 5.0, (7,), np.float32), gs.Box(-1.0, 1.0, (2,), np.float32), batch=4, seed=302,
+            warmup_batches=(8, 24, 12),
+            description="RLlib's TorchBatchNormModel on a shifted Box(7) obs with a DiagGaussian action, after "
+            "three training-mode batches",
+            notes=[_WARMUP_NOTE],
+        ),
     ]
+
+
+_WARMUP_NOTE = (
+    "after perturb(), the model ran forward({'obs': batch, 'is_training': True}) once per entry of "
+    "warmup_batches (random observations from the space), which updated the BatchNorm1d running_mean, "
+    "running_var and num_batches_tracked buffers (momentum 0.1); weights.npz holds those buffers. Every io key "
+    "comes from forward({'obs': obs}) with no is_training, which TorchBatchNormModel reads as False and so "
+    "sets its hidden layers to eval(): the running statistics normalise, the batch's own do not"
+)
 
 
 # ---------------------------------------------------------------- loading the examples
@@ -240,6 +270,7 @@ class Recorder:
         # As a policy hands it over: MODEL_DEFAULTS merged with the overrides.
         self.config = {**MODEL_DEFAULTS, **self.overrides}
         self.dist_class: Any = None
+        self.prep: Any = None
 
     def build(self, seed: int) -> tuple[Any, Any, Any, int]:
         import torch
@@ -363,6 +394,55 @@ def _collector(model: Any, spec: Spec) -> Any:
                           is_policy_recurrent=False, is_training=False)
 
 
+def _observations(spec: Spec, rng: Any, rows: int) -> list[Any]:
+    samples = [spec.obs_space.sample() for _ in range(rows)]
+    return [spec.fix_obs(o, rng) for o in samples] if spec.fix_obs else samples
+
+
+def _leaves(space: Any, values: list[Any]) -> dict[str, np.ndarray]:
+    """io keys ``obs[/path]`` of a batch of raw observations (Dict keys in space order)."""
+    from gymnasium import spaces as gs
+
+    if isinstance(space, gs.Dict):
+        out = {}
+        for key, sub in space.spaces.items():
+            out.update({f"/{key}{path}": v for path, v in _leaves(sub, [x[key] for x in values]).items()})
+        return out
+    return {"": np.stack([np.asarray(v, dtype=space.dtype) for v in values])}
+
+
+def record_feedforward(rec: Recorder, model: Any, dist_class: Any) -> dict[str, np.ndarray]:
+    """One batch of B observations through RLlib's model as a policy calls it in inference."""
+    import torch
+
+    spec = rec.spec
+    rng = np.random.default_rng(spec.seed)
+    spec.obs_space.seed(spec.seed)
+    raw = _observations(spec, rng, spec.batch)
+    obs_flat = np.stack([rec.prep.transform(o) for o in raw])
+    with torch.no_grad():
+        logits, _ = model({"obs": _torch(obs_flat)}, [], None)
+        value = model.value_function()
+    out: dict[str, list[np.ndarray]] = {}
+    _dist_keys(dist_class, model, logits, out, sample_seed=int(rng.integers(1 << 30)))
+    io = {f"obs{path}": v for path, v in _leaves(spec.obs_space, raw).items()}
+    return {**io, "obs_flat": obs_flat, "model_out": logits.numpy(), "value": value.numpy(),
+            **{k: v[0] for k, v in out.items()}}
+
+
+def _warm_up(rec: Recorder, model: Any) -> None:
+    """Training-mode passes, as RLlib's learner runs them: they update batch-norm statistics."""
+    import torch
+
+    spec = rec.spec
+    rng = np.random.default_rng(spec.seed + 7)
+    spec.obs_space.seed(spec.seed + 7)
+    for rows in spec.warmup_batches:
+        batch = np.stack([rec.prep.transform(o) for o in _observations(spec, rng, rows)])
+        with torch.no_grad():
+            model({"obs": _torch(batch), "is_training": True}, [], None)
+
+
 VIEW_COLUMNS = ("prev_n_obs", "prev_n_actions", "prev_n_rewards")
 
 
@@ -405,6 +485,7 @@ def record_trajectory_view(rec: Recorder, model: Any, dist_class: Any) -> dict[s
 RECORDERS: dict[str, tuple[Callable[..., dict[str, np.ndarray]], Callable[[Any], dict[str, Any]] | None]] = {
     "custom_recurrent": (record_custom_recurrent, _state_meta_custom_recurrent),
     "trajectory_view": (record_trajectory_view, None),
+    "batch_norm": (record_feedforward, None),
 }
 
 
@@ -413,7 +494,8 @@ def _reached(rec: Recorder, model: Any) -> set[str]:
     import torch
 
     spec = rec.spec
-    obs = _torch(np.stack([spec.obs_space.sample() for _ in range(2)]).astype(np.float32))
+    rng = np.random.default_rng(spec.seed + 11)
+    obs = _torch(np.stack([rec.prep.transform(o) for o in _observations(spec, rng, 2)]).astype(np.float32))
     state = [torch.zeros((2, *np.asarray(s.detach() if hasattr(s, "detach") else s).shape))
              for s in model.get_initial_state()]
     views = {}
@@ -431,9 +513,10 @@ def record_case(spec: Spec, out_dir: Path, examples_dir: Path | None, versions: 
     rec = Recorder(spec, examples_dir)
     record, state_meta = RECORDERS[spec.kind]
     model, dist_class, prep, num_outputs = rec.build(spec.seed)
-    rec.dist_class = dist_class
+    rec.dist_class, rec.prep = dist_class, prep
     init_stats = _init_stats(model.state_dict())
     _perturb(model, torch.Generator().manual_seed(spec.seed + 1))
+    _warm_up(rec, model)
     model.eval()
     weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     io = record(rec, model, dist_class)

@@ -1,4 +1,7 @@
-"""Feedforward models against RLlib's recorded outputs (every case with kind == "feedforward").
+"""Feedforward models against RLlib's recorded outputs (every case of a kind in ``KINDS``).
+
+``batch_norm`` cases are feedforward models too (RLlib's TorchBatchNormModel, recorded in
+inference mode): the same comparisons hold for them.
 
 Each case is rebuilt from its spaces and RLlib's recorded model_config through the
 catalog, RLlib's weights are imported, and ``obs_flat`` (what RLlib handed the model) is
@@ -25,14 +28,14 @@ from rlserve.models.distributions import get_action_dist
 from rlserve.models.rllib_import import load_rllib_weights
 from rlserve.models.spaces import space_from_json
 
-KIND = "feedforward"
+KINDS = ("feedforward", "batch_norm")
 # Vision logits reach ~100 and sum thousands of products; RLlib's own MKL kernels differ
 # from run to run at this level (see check_format.md "Tolerance").
 RTOL, ATOL = 1e-5, 1e-5
 
 
 def _feedforward_cases() -> list[str]:
-    return select_cases(lambda name: read_meta(name)["kind"] == KIND)
+    return select_cases(lambda name: read_meta(name)["kind"] in KINDS)
 
 
 @pytest.fixture(params=_feedforward_cases())

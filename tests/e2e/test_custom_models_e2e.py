@@ -7,6 +7,11 @@ served, and stepped through two
 episodes per session over HTTP with ``explore: false``; at every step the served
 ``dist_inputs`` and ``value`` must equal the catalog model stepped in this process with its
 own carried inputs, and an episode start must reset them.
+
+Feedforward custom kinds with their own serving rules are served from the same repository:
+RLlib's batch-norm model answers RLlib's recorded outputs, each row as if alone in its
+batch, and the same again after many batches (inference mode: the running statistics never
+move).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from rlserve.models.spaces import space_from_json
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
 KINDS = ("custom_recurrent", "trajectory_view")
+FEEDFORWARD_KINDS = ("batch_norm",)
 EPISODE_LENGTHS = (5, 3)
 
 
@@ -55,7 +61,7 @@ def _model(case: Path) -> tuple[torch.nn.Module, Any, Any, dict[str, Any]]:
 def served(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("custom_repo")
     models = {}
-    for kind in KINDS:
+    for kind in KINDS + FEEDFORWARD_KINDS:
         model, obs_space, action_space, config = _model(_first_case(kind))
         export_bundle(model, obs_space=obs_space, action_space=action_space, model_config=config,
                       out_dir=repo / kind, name=kind, formats=("onnx",))
@@ -123,3 +129,35 @@ def test_sessions_step_like_the_catalog(served, kind: str) -> None:
                     where = f"{kind} session {session} episode {episode} step {t}"
                     np.testing.assert_allclose(got["dist_inputs"], want_logits, rtol=1e-4, atol=1e-5, err_msg=where)
                     np.testing.assert_allclose(got["value"], want_value, rtol=1e-4, atol=1e-5, err_msg=where)
+
+
+def _act(client: httpx.Client, kind: str, rows: list[Any]) -> dict[str, Any]:
+    reply = client.post(f"/v1/models/{kind}/act", json={"observations": rows, "explore": False,
+                                                         "outputs": ["dist_inputs", "value"]})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_batch_norm_serves_rllibs_inference_answers_row_by_row(served) -> None:
+    url, models = served
+    _, obs_space = models["batch_norm"]
+    case = _first_case("batch_norm")
+    with np.load(case / "io.npz") as io:
+        obs, want_logits, want_value = io["obs"], io["model_out"], io["value"]
+    rng = np.random.default_rng(3)
+    others = [rng.uniform(obs_space.low, obs_space.high).astype(np.float32).tolist() for _ in range(12)]
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        first = _act(client, "batch_norm", obs.tolist())
+        np.testing.assert_allclose(first["dist_inputs"], want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(first["value"], want_value, rtol=1e-5, atol=1e-5)
+        for i, row in enumerate(obs.tolist()):
+            alone = _act(client, "batch_norm", [row])
+            mixed = _act(client, "batch_norm", others[:i] + [row] + others[i:])
+            for got in (alone["dist_inputs"][0], mixed["dist_inputs"][i]):
+                np.testing.assert_allclose(got, want_logits[i], rtol=1e-5, atol=1e-5, err_msg=f"row {i}")
+            np.testing.assert_allclose(mixed["value"][i], want_value[i], rtol=1e-5, atol=1e-5)
+        for _ in range(20):  # had serving updated the statistics, the answers would drift
+            _act(client, "batch_norm", others)
+        last = _act(client, "batch_norm", obs.tolist())
+    np.testing.assert_allclose(last["dist_inputs"], first["dist_inputs"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(last["value"], first["value"], rtol=1e-6, atol=1e-6)
