@@ -62,8 +62,8 @@ class Spec:
     # each, run after the perturbation and before the weights are saved: they move batch-norm
     # running statistics away from their (0, 1) start.
     warmup_batches: tuple[int, ...] = ()
-    # Makes the sampled observations meaningful (e.g. a 0/1 action mask); (obs, rng) -> obs.
-    fix_obs: Callable[[Any, Any], Any] | None = None
+    # Makes the sampled observations meaningful (e.g. a 0/1 action mask); (obs, rng, row) -> obs.
+    fix_obs: Callable[[Any, Any, int], Any] | None = None
     description: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -111,7 +111,36 @@ def _specs() -> list[Spec]:
             "three training-mode batches",
             notes=[_WARMUP_NOTE],
         ),
+        Spec(
+            "parametric_actions_cartpole", "parametric_actions", "parametric_actions_model",
+            "TorchParametricActionsModel", "pa_model",
+            gs.Dict({"action_mask": gs.Box(0, 1, (6,), np.int8), "avail_actions": gs.Box(-10.0, 10.0, (6, 2)),
+                     "cart": gs.Box(-2.0, 2.0, (4,), np.float32)}),
+            gs.Discrete(6), model_overrides={"fcnet_hiddens": [32, 32]}, batch=6, seed=401, fix_obs=_mask_rows,
+            description="RLlib's TorchParametricActionsModel as the seeds' ParametricActionsCartPole uses it "
+            "(int8 mask, 2-d embeddings, default DQN heads built but unused)",
+        ),
+        Spec(
+            "parametric_actions_wide", "parametric_actions", "parametric_actions_model",
+            "TorchParametricActionsModel", "pa_model",
+            gs.Dict({"action_mask": gs.Box(0.0, 1.0, (5,), np.float32), "avail_actions": gs.Box(-1.0, 1.0, (5, 3)),
+                     "cart": gs.Box(-1.0, 1.0, (3,), np.float32)}),
+            gs.Discrete(5), {"true_obs_shape": [3], "action_embed_size": 3, "q_hiddens": [8], "dueling": True},
+            model_overrides={"fcnet_hiddens": [16], "fcnet_activation": "relu"}, batch=5, seed=402,
+            fix_obs=_mask_rows,
+            description="RLlib's TorchParametricActionsModel with 3-d embeddings, a float mask and dueling "
+            "DQN heads (unused by forward)",
+        ),
     ]
+
+
+def _mask_rows(obs: Any, rng: Any, row: int) -> Any:
+    """A 0/1 action mask with at least one valid slot (every third row: exactly one)."""
+    mask = obs["action_mask"]
+    n = mask.shape[0]
+    valid = np.zeros(n, bool) if row % 3 == 2 else rng.random(n) < 0.6
+    valid[rng.integers(n)] = True
+    return {**obs, "action_mask": valid.astype(mask.dtype)}
 
 
 _WARMUP_NOTE = (
@@ -297,18 +326,25 @@ def _dist_meta(dist_class: Any) -> dict[str, Any]:
 
 
 def _preprocessor_meta(prep: Any, obs_space: Any) -> dict[str, Any]:
-    from ray.rllib.models.preprocessors import NoPreprocessor
+    from gymnasium import spaces as gs
+    from ray.rllib.models.preprocessors import DictFlatteningPreprocessor, NoPreprocessor
 
-    if not isinstance(prep, NoPreprocessor):
-        raise NotImplementedError("this script records NoPreprocessor observations only")
     shape = [int(d) for d in prep.shape]
-    return {
-        "class": type(prep).__name__, "output_shape": shape, "size": int(prep.size),
-        "options": {"dim": 84, "grayscale": False, "zero_mean": True},
-        "layout": [{"path": "obs", "preprocessor": type(prep).__name__, "offset": 0, "size": int(prep.size),
-                    "output_shape": shape}],
-        "output_dtype": str(np.dtype(obs_space.dtype)),
-    }
+    meta = {"class": type(prep).__name__, "output_shape": shape, "size": int(prep.size),
+            "options": {"dim": 84, "grayscale": False, "zero_mean": True}}
+    if isinstance(prep, NoPreprocessor):
+        layout = [{"path": "obs", "preprocessor": type(prep).__name__, "offset": 0, "size": int(prep.size),
+                   "output_shape": shape}]
+        return {**meta, "layout": layout, "output_dtype": str(np.dtype(obs_space.dtype))}
+    if not isinstance(prep, DictFlatteningPreprocessor) or any(
+            isinstance(s, gs.Dict | gs.Tuple) for s in obs_space.spaces.values()):
+        raise NotImplementedError("this script records NoPreprocessor and one-level Dict observations only")
+    layout, offset = [], 0
+    for key, leaf in zip(obs_space.spaces, prep.preprocessors, strict=True):
+        layout.append({"path": f"obs/{key}", "preprocessor": type(leaf).__name__, "offset": offset,
+                       "size": int(leaf.size), "output_shape": [int(d) for d in leaf.shape]})
+        offset += int(leaf.size)
+    return {**meta, "layout": layout, "output_dtype": "float32"}
 
 
 def _torch(x: np.ndarray) -> Any:
@@ -396,7 +432,7 @@ def _collector(model: Any, spec: Spec) -> Any:
 
 def _observations(spec: Spec, rng: Any, rows: int) -> list[Any]:
     samples = [spec.obs_space.sample() for _ in range(rows)]
-    return [spec.fix_obs(o, rng) for o in samples] if spec.fix_obs else samples
+    return [spec.fix_obs(o, rng, i) for i, o in enumerate(samples)] if spec.fix_obs else samples
 
 
 def _leaves(space: Any, values: list[Any]) -> dict[str, np.ndarray]:
@@ -486,6 +522,7 @@ RECORDERS: dict[str, tuple[Callable[..., dict[str, np.ndarray]], Callable[[Any],
     "custom_recurrent": (record_custom_recurrent, _state_meta_custom_recurrent),
     "trajectory_view": (record_trajectory_view, None),
     "batch_norm": (record_feedforward, None),
+    "parametric_actions": (record_feedforward, None),
 }
 
 
@@ -544,7 +581,8 @@ def record_case(spec: Spec, out_dir: Path, examples_dir: Path | None, versions: 
         "num_outputs": int(num_outputs), "model_num_outputs": int(model.num_outputs),
         "action_dist": _dist_meta(dist_class),
         "preprocessor": _preprocessor_meta(prep, spec.obs_space),
-        "model_obs_space": {**space_json(prep.observation_space), "has_original_space": False},
+        "model_obs_space": {**space_json(prep.observation_space),
+                            "has_original_space": hasattr(prep.observation_space, "original_space")},
         "batch_size": spec.batch,
     }
     if "state_in/0" in io or spec.kind == "trajectory_view":

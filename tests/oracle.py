@@ -26,7 +26,8 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_VAR = "RLSERVE_ORACLE_DIR"
-KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent", "trajectory_view", "batch_norm")
+KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent", "trajectory_view", "batch_norm",
+               "parametric_actions")
 
 
 class OracleFolderError(Exception):

@@ -1,7 +1,8 @@
 """Feedforward models against RLlib's recorded outputs (every case of a kind in ``KINDS``).
 
-``batch_norm`` cases are feedforward models too (RLlib's TorchBatchNormModel, recorded in
-inference mode): the same comparisons hold for them.
+``batch_norm`` (RLlib's TorchBatchNormModel, recorded in inference mode) and
+``parametric_actions`` (RLlib's TorchParametricActionsModel on a Dict observation) cases are
+feedforward models too: the same comparisons hold for them.
 
 Each case is rebuilt from its spaces and RLlib's recorded model_config through the
 catalog, RLlib's weights are imported, and ``obs_flat`` (what RLlib handed the model) is
@@ -28,7 +29,7 @@ from rlserve.models.distributions import get_action_dist
 from rlserve.models.rllib_import import load_rllib_weights
 from rlserve.models.spaces import space_from_json
 
-KINDS = ("feedforward", "batch_norm")
+KINDS = ("feedforward", "batch_norm", "parametric_actions")
 # Vision logits reach ~100 and sum thousands of products; RLlib's own MKL kernels differ
 # from run to run at this level (see check_format.md "Tolerance").
 RTOL, ATOL = 1e-5, 1e-5

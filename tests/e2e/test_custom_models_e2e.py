@@ -11,7 +11,9 @@ own carried inputs, and an episode start must reset them.
 Feedforward custom kinds with their own serving rules are served from the same repository:
 RLlib's batch-norm model answers RLlib's recorded outputs, each row as if alone in its
 batch, and the same again after many batches (inference mode: the running statistics never
-move).
+move); RLlib's parametric-actions model answers RLlib's recorded masked logits and actions
+for Dict observations sent as JSON, never serves a masked action, and refuses a row whose
+``action_mask`` allows nothing with a 422 naming the row's field.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from rlserve.models.spaces import space_from_json
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
 KINDS = ("custom_recurrent", "trajectory_view")
-FEEDFORWARD_KINDS = ("batch_norm",)
+FEEDFORWARD_KINDS = ("batch_norm", "parametric_actions")
 EPISODE_LENGTHS = (5, 3)
 
 
@@ -161,3 +163,46 @@ def test_batch_norm_serves_rllibs_inference_answers_row_by_row(served) -> None:
         last = _act(client, "batch_norm", obs.tolist())
     np.testing.assert_allclose(last["dist_inputs"], first["dist_inputs"], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(last["value"], first["value"], rtol=1e-6, atol=1e-6)
+
+
+def _pa_rows(case: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    with np.load(case / "io.npz") as data:
+        io = {k: data[k] for k in data.files}
+    keys = [k[len("obs/"):] for k in io if k.startswith("obs/")]
+    rows = [{k: io[f"obs/{k}"][i].tolist() for k in keys} for i in range(len(io["model_out"]))]
+    return rows, io
+
+
+def test_parametric_actions_served_exactly_and_masked(served) -> None:
+    url, _ = served
+    rows, io = _pa_rows(_first_case("parametric_actions"))
+    masks = io["obs/action_mask"].astype(bool)
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        got = _act(client, "parametric_actions", rows)
+        np.testing.assert_allclose(got["dist_inputs"], io["model_out"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["value"], io["value"], rtol=1e-5, atol=1e-5)
+        assert got["actions"] == io["dist/deterministic_sample"].tolist()
+        for seed in range(5):
+            reply = client.post("/v1/models/parametric_actions/act",
+                                json={"observations": rows, "explore": True, "seeds": [seed] * len(rows),
+                                      "session_ids": [f"pa-{seed}-{i}" for i in range(len(rows))],
+                                      "episode_starts": [True] * len(rows)})
+            assert reply.status_code == 200, reply.text
+            for i, action in enumerate(reply.json()["actions"]):
+                assert masks[i, action], f"row {i}: served masked action {action} (mask {masks[i].tolist()})"
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_parametric_actions_all_masked_row_is_refused(served, batched: bool) -> None:
+    url, _ = served
+    rows, _ = _pa_rows(_first_case("parametric_actions"))
+    bad = {**rows[1], "action_mask": [0] * len(rows[1]["action_mask"])}
+    body = {"observations": [rows[0], bad]} if batched else {"observation": bad}
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        reply = client.post("/v1/models/parametric_actions/act", json=body)
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "all_actions_masked"
+    assert error["field"] == ("observations[1].action_mask" if batched else "observation.action_mask")
+    assert "at least one" in str(error["expected"])
+    assert error["received"] == bad["action_mask"]
