@@ -89,9 +89,13 @@ class TorchFrameStackingCartPoleModel(RecurrentCustomModel):
             state=(StateSpec("obs_window", (n - 1, self.obs_shape[0])), StateSpec("obs_window_started", (1,))),
             prev=PrevSpec(n, n, self.action_encoder.in_width, windowed=True),
             views={
-                "prev_n_obs": {"data_col": "obs", "shift": f"-{n - 1}:0", "padding": "first observation"},
-                "prev_n_actions": {"data_col": "actions", "shift": f"-{n}:-1", "padding": "zeros"},
-                "prev_n_rewards": {"data_col": "rewards", "shift": f"-{n}:-1", "padding": "zeros"},
+                # input: the graph input holding the window (the obs window without the current obs).
+                "prev_n_obs": {"data_col": "obs", "shift": f"-{n - 1}:0", "padding": "first observation",
+                               "input": "state_in_0", "started_input": "state_in_1"},
+                "prev_n_actions": {"data_col": "actions", "shift": f"-{n}:-1", "padding": "zeros",
+                                   "input": "prev_actions"},
+                "prev_n_rewards": {"data_col": "rewards", "shift": f"-{n}:-1", "padding": "zeros",
+                                   "input": "prev_rewards"},
             },
         )
 

@@ -75,6 +75,10 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     # Seeds a new session's sampler (on creation or episode_start) so an episode replays.
     seed: Seed | None = None
     seeds: list[Seed | None] | None = None
+    # A stateless row's trajectory window (the last observations, actions, rewards), see
+    # rlserve.service.step.windows.
+    window: Any = None
+    windows: list[Any] | None = None
     explore: bool | None = None
     # How ``action`` is made from the model's sample: unset follows the bundle (RLlib's
     # normalize_actions / clip_actions as the policy was trained with).
@@ -254,6 +258,7 @@ def to_rows(req: ActRequest) -> Rows:
             has_rewards=req.reward is not None,
             has_prev_actions=req.prev_action is not msgspec.UNSET and req.prev_action is not None,
             has_masks=req.action_mask is not None,
+            windows=None if req.window is None else [req.window],
         )
     _no_single_fields(req)
     assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
@@ -273,6 +278,7 @@ def to_rows(req: ActRequest) -> Rows:
         has_rewards=req.rewards is not None,
         has_prev_actions=req.prev_actions is not None,
         has_masks=req.action_masks is not None,
+        windows=None if req.windows is None else _column(req.windows, n, "windows", None),
     )
 
 
@@ -291,16 +297,18 @@ def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[A
 
 def _no_batch_fields(req: ActRequest) -> None:
     if (req.session_ids is None and req.episode_starts is None and req.rewards is None
-            and req.prev_actions is None and req.action_masks is None and req.seeds is None):
+            and req.prev_actions is None and req.action_masks is None and req.seeds is None
+            and req.windows is None):
         return
-    for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds"):
+    for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows"):
         if getattr(req, name) is not None:
             raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name,
                              expected=f"'{name[:-1]}' with 'observation'", received=f"'{name}'")
 
 
 def _no_single_fields(req: ActRequest) -> None:
-    singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None}
+    singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None,
+               "window": None}
     for name, default in singles.items():
         if getattr(req, name) != default:
             raise BadRequest(f"'{name}' belongs to the single form; with 'observations' use '{name}s'", field=name,

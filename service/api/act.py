@@ -27,7 +27,7 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 # The per-row fields of the batch form, each the plural of its single-form field.
-_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds")
+_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows")
 
 
 def _state_the_forms(schema: dict[str, Any]) -> None:
@@ -48,7 +48,7 @@ def _state_the_forms(schema: dict[str, Any]) -> None:
                                          f"'observations'); with 'observation' use '{column[:-1]}'")
     fields["session_ids"]["description"] += "; each session at most once per request"
     single_defaults = {"session_id": null, "episode_start": {"const": False}, "reward": null,
-                       "action_mask": null, "seed": null}
+                       "action_mask": null, "seed": null, "window": null}
     schema["oneOf"] = [
         {"title": "single", "description": "One row: 'observation' and the single-form fields",
          "required": ["observation"], "not": {"required": ["observations"]},

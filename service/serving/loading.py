@@ -28,6 +28,7 @@ from rlserve.service.sessions.store import SessionStore
 from rlserve.service.settings import Settings
 from rlserve.service.step.batch import BatchStep
 from rlserve.service.step.prepare import Preparer
+from rlserve.service.step.windows import WindowLayout
 
 
 def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None, *,
@@ -63,7 +64,8 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
         tombstones=settings.session_tombstones,
     )
     obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
-    preparer = Preparer(pipeline, obs_dtype, default_explore=explore)
+    preparer = Preparer(pipeline, obs_dtype, default_explore=explore,
+                        window_layout=WindowLayout.from_signature(manifest.signature))
     step = BatchStep(manifest.signature, runtime, pipeline, sessions, preparer.mask_layout)
     policy = Policy(bundle, runtime, pipeline, sessions, preparer, step,
                     unsquash_default=manifest.normalize_actions, clip_default=manifest.clip_actions)

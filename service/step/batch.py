@@ -20,7 +20,7 @@ from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
-from rlserve.service.step import codec, masks
+from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import floats_json
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
@@ -107,6 +107,9 @@ class BatchStep:
             rewards = np.fromiter((np.nan if r is None else r for s in steps for r in s.rewards), np.float32,
                                   len(slots))
         inputs.update(self.sessions.gather_rows(slots, reset, rewards, self._reported(steps)))
+        if any(s.windows is not None for s in steps):
+            sent = [w for s in steps for w in (s.windows if s.windows is not None else [None] * s.rows)]
+            windows.apply_windows(inputs, sent)
 
     @staticmethod
     def _reported(steps: list[Step]) -> np.ndarray | None:

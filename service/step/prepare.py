@@ -17,7 +17,7 @@ import numpy as np
 from rlserve.service.errors import InvalidInput
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.sessions.store import Session
-from rlserve.service.step import codec, masks
+from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import F32_LIMIT, F32_MAX
 from rlserve.service.step.rows import Rows
 
@@ -44,6 +44,7 @@ class Step:
     prev_actions: np.ndarray | None  # (n, A) reported taken actions, NaN rows where absent
     mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
     rngs: list[np.random.Generator | None] = field(default_factory=list)  # per row; [] = none
+    windows: list[dict[str, np.ndarray] | None] | None = None  # sent trajectory windows, per row
     has_sessions: bool = False
 
     rows: int = 0  # n, set from obs
@@ -53,11 +54,13 @@ class Step:
 class Preparer:
     """Validates requests for one model version (its spaces, pipeline and input dtype)."""
 
-    def __init__(self, pipeline: Pipeline, obs_dtype: np.dtype, *, default_explore: bool):
+    def __init__(self, pipeline: Pipeline, obs_dtype: np.dtype, *, default_explore: bool,
+                 window_layout: windows.WindowLayout | None = None):
         self.pipeline = pipeline
         self.obs_dtype = obs_dtype
         self.default_explore = default_explore
         self.mask_layout = masks.mask_layout(pipeline.dist_spec)
+        self.window_layout = window_layout
         obs_space = pipeline.obs_space
         self.mask_in_obs = (hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict)
                             and MASK_KEY in obs_space.spaces)
@@ -86,9 +89,14 @@ class Preparer:
 
     def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str]) -> Step:
         """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
+        step = self._prepare(rows, self.default_explore if explore is None else explore, extras)
+        if rows.windows is not None:
+            step.windows = self._windows(rows)
+        return step
+
+    def _prepare(self, rows: Rows, explore: bool, extras: frozenset[str]) -> Step:
         space = self.pipeline.obs_space
         field = "observation" if rows.single else "observations"
-        explore = self.default_explore if explore is None else explore
         if rows.single and self.plain_width and codec.is_plain_row(rows.observations[0], self.plain_width):
             return Step(
                 obs=None, obs_row=rows.observations[0],
@@ -155,25 +163,43 @@ class Preparer:
                                    expected=f"a number with |x| <= {F32_MAX:.8g}", received=reward)
         return rows.rewards
 
+    def _windows(self, rows: Rows) -> list[dict[str, np.ndarray] | None]:
+        """Validated trajectory windows of stateless rows (``rlserve.service.step.windows``)."""
+        assert rows.windows is not None
+        space = self.pipeline.obs_space
+
+        def observation(raw: Any, name: str) -> np.ndarray:
+            return self._preprocess([self._decode_obs(space, raw, name)], name)[0]
+
+        out: list[dict[str, np.ndarray] | None] = []
+        for i, value in enumerate(rows.windows):
+            name = "window" if rows.single else f"windows[{i}]"
+            out.append(None if value is None else windows.validate_window(
+                value, self.window_layout, name, in_session=rows.session_ids[i] is not None,
+                observation=observation, action=self._flat_action))
+        return out
+
+    def _flat_action(self, action: Any, name: str) -> np.ndarray:
+        """One reported action as the model's flat (A,) row; 422 naming ``name`` if invalid."""
+        pipeline = self.pipeline
+        try:
+            batch_of_one = pipeline.prev_action_from_json(action)
+        except ValueError as exc:
+            raise InvalidInput(f"{name}: {exc}", field=name, expected=codec.describe_space(pipeline.action_space),
+                               received=action) from None
+        flat = pipeline.flatten_actions(batch_of_one)[0]
+        if not np.isfinite(flat).all():  # e.g. a Box action of 1e39: inf as float32
+            raise InvalidInput(f"{name}: values must be finite as float32", field=name,
+                               expected=codec.describe_space(pipeline.action_space), received=action)
+        return flat
+
     def _reported_actions(self, rows: Rows) -> np.ndarray | None:
         """Reported taken actions as flat (n, A) rows; NaN rows where none was reported."""
         given = [(i, a) for i, a in enumerate(rows.prev_actions) if a is not msgspec.UNSET and a is not None]
         if not given:
             return None
-        flat_rows = []
-        pipeline = self.pipeline
-        for i, action in given:
-            name = "prev_action" if rows.single else f"prev_actions[{i}]"
-            try:
-                batch_of_one = pipeline.prev_action_from_json(action)
-            except ValueError as exc:
-                raise InvalidInput(f"{name}: {exc}", field=name, expected=codec.describe_space(pipeline.action_space),
-                                   received=action) from None
-            flat = pipeline.flatten_actions(batch_of_one)[0]
-            if not np.isfinite(flat).all():  # e.g. a Box action of 1e39: inf as float32
-                raise InvalidInput(f"{name}: values must be finite as float32", field=name,
-                                   expected=codec.describe_space(pipeline.action_space), received=action)
-            flat_rows.append(flat)
+        flat_rows = [self._flat_action(action, "prev_action" if rows.single else f"prev_actions[{i}]")
+                     for i, action in given]
         out = np.full((len(rows), flat_rows[0].shape[0]), np.nan, dtype=np.float32)
         out[[i for i, _ in given]] = np.stack(flat_rows)
         return out

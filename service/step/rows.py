@@ -31,6 +31,7 @@ class Rows:
     has_prev_actions: bool = True
     has_masks: bool = True
     decoded: bool = False
+    windows: list[Any] | None = None  # trajectory windows sent by stateless rows (None where not sent)
 
     def __len__(self) -> int:
         return len(self.observations)

@@ -206,3 +206,66 @@ def test_parametric_actions_all_masked_row_is_refused(served, batched: bool) -> 
     assert error["field"] == ("observations[1].action_mask" if batched else "observation.action_mask")
     assert "at least one" in str(error["expected"])
     assert error["received"] == bad["action_mask"]
+
+
+def test_stateless_requests_send_rllibs_windows(served) -> None:
+    """Each recorded step of RLlib's episodes, sent without a session with RLlib's own windows."""
+    url, _ = served
+    with np.load(_first_case("trajectory_view") / "io.npz") as data:
+        io = {k: data[k] for k in data.files}
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        for t in range(len(io["model_out"])):
+            windows = [{"observations": io["prev_n_obs"][t, b, :-1].tolist(),
+                        "actions": io["prev_n_actions"][t, b].tolist(),
+                        "rewards": io["prev_n_rewards"][t, b].tolist()} for b in range(len(io["model_out"][t]))]
+            reply = client.post("/v1/models/trajectory_view/act", json={
+                "observations": io["obs"][t].tolist(), "windows": windows, "explore": False,
+                "outputs": ["dist_inputs", "value"]})
+            assert reply.status_code == 200, reply.text
+            np.testing.assert_allclose(reply.json()["dist_inputs"], io["model_out"][t], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(reply.json()["value"], io["value"][t], rtol=1e-5, atol=1e-5)
+            single = client.post("/v1/models/trajectory_view/act", json={
+                "observation": io["obs"][t, 0].tolist(), "window": windows[0], "explore": False,
+                "outputs": ["dist_inputs"]})
+            assert single.status_code == 200, single.text
+            np.testing.assert_allclose(single.json()["dist_inputs"], io["model_out"][t, 0], rtol=1e-5, atol=1e-5)
+
+
+def _window_error(client: httpx.Client, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    reply = client.post(f"/v1/models/{model}/act", json=body)
+    assert 400 <= reply.status_code < 500, reply.text
+    return reply.json()["error"]
+
+
+def test_sent_windows_are_validated(served) -> None:
+    url, models = served
+    _, obs_space = models["trajectory_view"]
+    d = obs_space.shape[0]
+    obs = [0.0] * d
+    n = models["trajectory_view"][0].signature().prev.n_prev_actions
+    good = {"observations": [obs] * (n - 1), "actions": [0] * n, "rewards": [0.0] * n}
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        error = _window_error(client, "trajectory_view", {"observation": obs, "window": {**good, "actions": [0]}})
+        assert (error["field"], error["expected"], error["received"]) == ("window.actions", f"list of {n}",
+                                                                          "list of 1")
+        error = _window_error(client, "trajectory_view", {"observation": obs, "window": {"actions": [0] * n}})
+        assert error["field"] == "window" and error["received"] == ["actions"]
+        bad_obs = {**good, "observations": [[0.0] * (d + 1)] * (n - 1)}
+        error = _window_error(client, "trajectory_view", {"observation": obs, "window": bad_obs})
+        assert error["field"].startswith("window.observations[0]")
+        error = _window_error(client, "trajectory_view", {"observation": obs, "window": {**good, "actions": [99] * n}})
+        assert error["field"] == "window.actions[0]"
+        error = _window_error(client, "trajectory_view",
+                              {"observations": [obs, obs], "windows": [None, {**good, "rewards": [1e39] * n}]})
+        assert error["field"] == "windows[1].rewards[0]"
+        error = _window_error(client, "trajectory_view",
+                              {"observation": obs, "window": good, "session_id": "w", "episode_start": True})
+        assert error["field"] == "window" and "session" in error["message"]
+        bn_obs = [0.0] * models["batch_norm"][1].shape[0]
+        error = _window_error(client, "batch_norm", {"observation": bn_obs, "window": good})
+        assert error["field"] == "window" and error["expected"] == "no window"
+        error = _window_error(client, "trajectory_view", {"observation": obs, "windows": [good]})
+        assert error["field"] == "windows"
+        # A refused window changed nothing: the same row without a window still answers.
+        ok = client.post("/v1/models/trajectory_view/act", json={"observation": obs, "window": good})
+        assert ok.status_code == 200, ok.text
