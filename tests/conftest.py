@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import case_names, load_case, oracle_dir  # noqa: E402
+from oracle import case_names, load_case, oracle_dirs_text  # noqa: E402
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -17,12 +17,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names = case_names()
         if not names:
             # An empty or missing folder must fail, not skip into green.
-            names = [f"<no cases in {oracle_dir()}>"]
+            names = [f"<no cases in {oracle_dirs_text()}>"]
         metafunc.parametrize("oracle_case_name", names)
 
 
 @pytest.fixture
 def oracle_case(oracle_case_name: str):
     if oracle_case_name.startswith("<no cases"):
-        pytest.fail(f"no oracle cases found: set RLSERVE_ORACLE_DIR (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle cases found: set RLSERVE_ORACLE_DIR (looked in {oracle_dirs_text()})")
     return load_case(oracle_case_name)

@@ -1,8 +1,16 @@
 """Loader for RLlib oracle fixtures (format: shared/oracle/check_format.md).
 
-The folder comes from ``RLSERVE_ORACLE_DIR`` (default ``../shared/oracle/fixtures``
-relative to the repository root), so other folders of the same format can be run.
+The case folders come from ``RLSERVE_ORACLE_DIR``: one folder or several separated by
+``os.pathsep``. By default they are ``../shared/oracle/fixtures`` (relative to the
+repository root, required), then ``tests/fixtures/oracle`` (the cases this repository
+records itself; skipped while absent). A folder named explicitly must exist, and a case
+name must be unique across the folders: both are errors, never a silent skip. One folder
+holding the merged contents of several works the same as naming them all.
+
 Nothing here knows case names: tests select cases by ``kind`` and by which keys exist.
+``case_names()`` lists the cases of the kinds the conformance suite knows
+(``KNOWN_KINDS``); a case of another kind is listed by ``all_case_names()`` only, and
+test_coverage.py fails on it once, clearly, instead of every generic test tripping on it.
 """
 
 from __future__ import annotations
@@ -17,20 +25,71 @@ from typing import Any
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV_VAR = "RLSERVE_ORACLE_DIR"
+KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter")
 
 
-def oracle_dir() -> Path:
-    env = os.environ.get("RLSERVE_ORACLE_DIR")
+class OracleFolderError(Exception):
+    """The oracle folders are misconfigured (a named folder is missing, a case name repeats)."""
+
+
+def _default_dirs() -> tuple[tuple[Path, bool], ...]:
+    """(folder, required) in search order."""
+    shared = (REPO_ROOT / ".." / "shared" / "oracle").resolve()
+    return (
+        (shared / "fixtures", True),
+        (REPO_ROOT / "tests" / "fixtures" / "oracle", False),
+    )
+
+
+def oracle_dirs() -> tuple[Path, ...]:
+    """The case folders in search order. Missing required folders stay in (their tests fail)."""
+    env = os.environ.get(ENV_VAR)
     if env:
-        return Path(env).expanduser().resolve()
-    return (REPO_ROOT / ".." / "shared" / "oracle" / "fixtures").resolve()
+        named = [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p.strip()]
+        missing = [str(p) for p in named if not p.is_dir()]
+        if missing or not named:
+            raise OracleFolderError(f"{ENV_VAR}={env!r} names folders that do not exist: {missing}")
+        return tuple(named)
+    return tuple(path for path, required in _default_dirs() if required or path.is_dir())
+
+
+def oracle_dirs_text() -> str:
+    """The folders for messages ("looked in ...")."""
+    return os.pathsep.join(str(p) for p in oracle_dirs())
+
+
+@cache
+def _index(dirs: tuple[Path, ...]) -> dict[str, Path]:
+    index: dict[str, Path] = {}
+    for root in dirs:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.iterdir()):
+            if not (path / "case.json").is_file():
+                continue
+            if path.name in index:
+                raise OracleFolderError(
+                    f"case {path.name!r} is in both {index[path.name].parent} and {root}: "
+                    f"case names must be unique across the {ENV_VAR} folders"
+                )
+            index[path.name] = path
+    return index
+
+
+def case_dir(name: str) -> Path:
+    """The folder of case ``name`` (whichever oracle folder holds it)."""
+    return _index(oracle_dirs())[name]
+
+
+def all_case_names() -> list[str]:
+    """Every case in every folder, whatever its kind."""
+    return sorted(_index(oracle_dirs()))
 
 
 def case_names() -> list[str]:
-    root = oracle_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "case.json").is_file())
+    """The cases of the kinds the conformance suite knows (``KNOWN_KINDS``)."""
+    return [n for n in all_case_names() if read_meta(n).get("kind") in KNOWN_KINDS]
 
 
 @dataclass
@@ -57,9 +116,13 @@ class OracleCase:
         return out
 
 
-@cache
 def load_case(name: str) -> OracleCase:
-    path = oracle_dir() / name
+    return _load_case(case_dir(name))
+
+
+@cache
+def _load_case(path: Path) -> OracleCase:
+    name = path.name
     meta = json.loads((path / "case.json").read_text())
     with np.load(path / "io.npz", allow_pickle=False) as z:
         io = {k: z[k] for k in z.files}
@@ -82,16 +145,24 @@ def assert_close(actual: Any, expected: np.ndarray, what: str, rtol: float = 1e-
         )
 
 
-@cache
 def read_meta(name: str) -> dict[str, Any]:
     """A case's case.json, without loading its arrays."""
-    return json.loads((oracle_dir() / name / "case.json").read_text())
+    return _read_json(case_dir(name) / "case.json")
 
 
 @cache
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
 def io_key_names(name: str) -> tuple[str, ...]:
     """The io.npz key names of a case, without reading the arrays."""
-    with np.load(oracle_dir() / name / "io.npz", allow_pickle=False) as z:
+    return _npz_keys(case_dir(name) / "io.npz")
+
+
+@cache
+def _npz_keys(path: Path) -> tuple[str, ...]:
+    with np.load(path, allow_pickle=False) as z:
         return tuple(z.files)
 
 
@@ -109,5 +180,5 @@ def select_cases(predicate: Any) -> list[str]:
     """
     names = case_names()
     if not names:
-        return [f"{NO_CASES_PREFIX} in {oracle_dir()}>"]
+        return [f"{NO_CASES_PREFIX} in {oracle_dirs_text()}>"]
     return [n for n in names if predicate(n)]

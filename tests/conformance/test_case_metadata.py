@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, case_names, load_case, oracle_dir
+from oracle import OracleCase, case_dir, case_names, load_case, oracle_dirs_text
 
 from conformance.keys_checked import mark_fields
 from rlserve.models.catalog import build_model
@@ -30,8 +30,8 @@ from rlserve.models.spaces import space_from_json
 
 
 def _model_case_names() -> list[str]:
-    names = [n for n in case_names() if (oracle_dir() / n / "weights.npz").is_file()]
-    return names or [f"<no cases with weights in {oracle_dir()}>"]
+    names = [n for n in case_names() if (case_dir(n) / "weights.npz").is_file()]
+    return names or [f"<no cases with weights in {oracle_dirs_text()}>"]
 
 
 @pytest.fixture(params=_model_case_names())

@@ -13,10 +13,19 @@ of every case as compared (``keys_checked.mark_io`` / ``mark_fields``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
-from oracle import OracleCase, case_names, load_case, oracle_dir
+from oracle import (
+    KNOWN_KINDS,
+    OracleCase,
+    all_case_names,
+    case_names,
+    load_case,
+    oracle_dirs,
+    oracle_dirs_text,
+)
 
 from conformance.keys_checked import (
     BEHAVIOUR_FIELDS,
@@ -28,36 +37,37 @@ from conformance.keys_checked import (
     rule_for,
 )
 
-KINDS = ("feedforward", "lstm", "attention", "filter")
 _NO_CASES = "<no cases>"
 
 
 def _names() -> list[str]:
-    return case_names() or [_NO_CASES]
+    # Every case, also of kinds the suite does not know: those fail test_case_kind_is_known.
+    return all_case_names() or [_NO_CASES]
 
 
 def _case(name: str) -> OracleCase:
     if name == _NO_CASES:
-        pytest.fail(f"no oracle cases found: set RLSERVE_ORACLE_DIR (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle cases found: set RLSERVE_ORACLE_DIR (looked in {oracle_dirs_text()})")
     return load_case(name)
 
 
-def test_folder_holds_complete_cases() -> None:
-    root = oracle_dir()
+@pytest.mark.parametrize("root", oracle_dirs(), ids=str)
+def test_folder_holds_complete_cases(root: Path) -> None:
     assert root.is_dir(), f"oracle folder {root} does not exist (RLSERVE_ORACLE_DIR)"
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert folders, f"oracle folder {root} holds no cases"
     half = [p.name for p in folders if not ((p / "case.json").is_file() and (p / "io.npz").is_file())]
     assert not half, f"case folders without case.json or io.npz would be skipped silently: {half}"
-    assert case_names() == [p.name for p in folders]
+    assert all(load_case(p.name).path == p for p in folders), f"{root}: a case resolves to another folder"
 
 
-def test_manifest_agrees_with_the_folders() -> None:
-    manifest_path = oracle_dir() / "MANIFEST.json"
+@pytest.mark.parametrize("root", oracle_dirs(), ids=str)
+def test_manifest_agrees_with_the_folders(root: Path) -> None:
+    manifest_path = root / "MANIFEST.json"
     if not manifest_path.is_file():
-        pytest.skip("this folder has no MANIFEST.json (optional; the case folders are the contract)")
+        pytest.skip(f"{root} has no MANIFEST.json (optional; the case folders are the contract)")
     listed = json.loads(manifest_path.read_text())["cases"]
-    present = set(case_names())
+    present = {p.name for p in root.iterdir() if (p / "case.json").is_file()}
     missing = sorted(set(listed) - present)
     assert not missing, f"MANIFEST.json lists cases whose folders are missing: {missing}"
     unlisted = sorted(present - set(listed))
@@ -73,7 +83,10 @@ def test_manifest_agrees_with_the_folders() -> None:
 @pytest.mark.parametrize("name", _names())
 def test_case_kind_is_known(name: str) -> None:
     case = _case(name)
-    assert case.kind in KINDS, f"{name}: unknown kind {case.kind!r}; the conformance tests know {KINDS}"
+    assert case.kind in KNOWN_KINDS, (
+        f"{name} ({case.path.parent}): kind {case.kind!r} is not supported by the conformance suite, "
+        f"which knows {KNOWN_KINDS}; its other tests leave this case out"
+    )
     weights = (case.path / "weights.npz").is_file()
     assert weights == (case.kind != "filter"), f"{name}: kind {case.kind!r} but weights.npz present={weights}"
     if case.kind in ("lstm", "attention"):
@@ -136,11 +149,11 @@ def test_every_key_and_field_was_compared(conformance_run: str | None) -> None:
     if conformance_run is not None:
         pytest.skip(f"coverage is asserted only after a clean run of the whole folder: {conformance_run}")
     gaps = []
-    for name in case_names():
+    for name in all_case_names():
         case = load_case(name)
         keys = sorted(set(case.io) - checked_io(case))
         fields = sorted(f for f in BEHAVIOUR_FIELDS if field_present(case.meta, f) and f not in checked_fields(case))
         if keys or fields:
             gaps.append(f"{name}: io keys {keys}, case.json fields {fields}")
-    assert case_names(), f"no oracle cases in {oracle_dir()}"
+    assert case_names(), f"no oracle cases in {oracle_dirs_text()}"
     assert not gaps, "compared by no conformance test:\n" + "\n".join(gaps)

@@ -17,7 +17,7 @@ from oracle import (
     OracleCase,
     assert_close,
     load_case,
-    oracle_dir,
+    oracle_dirs_text,
     read_meta,
     select_cases,
 )
@@ -50,7 +50,7 @@ def _dist_case_names() -> list[str]:
 
 def _case(name: str) -> OracleCase:
     if name.startswith("<no cases"):
-        pytest.fail(f"no oracle cases with an action_dist found (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle cases with an action_dist found (looked in {oracle_dirs_text()})")
     return load_case(name)
 
 

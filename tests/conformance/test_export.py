@@ -18,8 +18,9 @@ import torch
 from oracle import (
     OracleCase,
     assert_close,
+    case_dir,
     load_case,
-    oracle_dir,
+    oracle_dirs_text,
     select_cases,
 )
 
@@ -33,7 +34,7 @@ RUNTIMES = ("onnx", "torchscript")
 
 
 def _cases_with_weights() -> list[str]:
-    return select_cases(lambda name: (oracle_dir() / name / "weights.npz").is_file())
+    return select_cases(lambda name: (case_dir(name) / "weights.npz").is_file())
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def _runner(bundle: Bundle, runtime: str):
 @pytest.mark.parametrize("case_name", _cases_with_weights())
 def test_runtime_reproduces_rllib(case_name: str, runtime: str, exported) -> None:
     if case_name.startswith("<no cases"):
-        pytest.fail(f"no oracle cases with weights: set RLSERVE_ORACLE_DIR (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle cases with weights: set RLSERVE_ORACLE_DIR (looked in {oracle_dirs_text()})")
     case = load_case(case_name)
     bundle = exported(case)
     run = _runner(bundle, runtime)

@@ -13,7 +13,7 @@ from oracle import (
     OracleCase,
     assert_close,
     load_case,
-    oracle_dir,
+    oracle_dirs_text,
     read_meta,
     select_cases,
 )
@@ -29,7 +29,7 @@ def _filter_case_names() -> list[str]:
 @pytest.fixture(params=_filter_case_names())
 def case(request) -> OracleCase:
     if request.param.startswith(NO_CASES_PREFIX):
-        pytest.fail(f"no oracle filter cases (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle filter cases (looked in {oracle_dirs_text()})")
     return load_case(request.param)
 
 

@@ -16,7 +16,7 @@ from oracle import (
     assert_close,
     io_key_names,
     load_case,
-    oracle_dir,
+    oracle_dirs_text,
     select_cases,
 )
 from unit.space_catalog import row_from_columns
@@ -33,7 +33,7 @@ def _obs_case_names() -> list[str]:
 @pytest.fixture(params=_obs_case_names())
 def case(request) -> OracleCase:
     if request.param.startswith("<no cases"):
-        pytest.fail(f"no oracle cases with raw observations (looked in {oracle_dir()})")
+        pytest.fail(f"no oracle cases with raw observations (looked in {oracle_dirs_text()})")
     return load_case(request.param)
 
 

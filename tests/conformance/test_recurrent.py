@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import OracleCase, assert_close, case_dir, case_names, load_case, oracle_dirs_text
 
 from conformance.keys_checked import mark_fields, mark_io
 from rlserve.models.catalog import build_model, describe_model
@@ -29,7 +29,7 @@ def _case_names_of_kind(*kinds: str) -> list[str]:
     """Cases selected by case.json ``kind`` (read without loading the arrays)."""
     names = []
     for name in case_names():
-        meta = json.loads((oracle_dir() / name / "case.json").read_text())
+        meta = json.loads((case_dir(name) / "case.json").read_text())
         if meta.get("kind") in kinds:
             names.append(name)
     return names
@@ -80,7 +80,7 @@ def _newest_row(case: OracleCase, state: torch.Tensor) -> np.ndarray:
 
 def _load(name: str) -> OracleCase:
     if name == "<none>":
-        pytest.skip(f"no cases of this kind in {oracle_dir()}")
+        pytest.skip(f"no cases of this kind in {oracle_dirs_text()}")
     return load_case(name)
 
 

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dir
+from oracle import OracleCase, assert_close, case_dir, case_names, load_case
 
 from conformance.keys_checked import mark_io
 from rlserve.models.catalog import build_model
@@ -29,7 +29,7 @@ from rlserve.service.sessions.slabs import SessionSlabs
 
 def _recurrent_names() -> list[str]:
     kinds = ("lstm", "attention")
-    return [n for n in case_names() if json.loads((oracle_dir() / n / "case.json").read_text())["kind"] in kinds]
+    return [n for n in case_names() if json.loads((case_dir(n) / "case.json").read_text())["kind"] in kinds]
 
 
 @pytest.fixture(params=_recurrent_names())

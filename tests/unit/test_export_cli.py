@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from oracle import OracleCase, case_names, load_case, oracle_dir
+from oracle import OracleCase, case_dir, case_names, load_case, oracle_dirs_text
 
 from rlserve.models.export.bundle import MANIFEST_NAME, load_bundle, verify_reference
 from rlserve.models.filters import MeanStdFilter
@@ -22,11 +22,11 @@ from rlserve.service.cli import main as rlserve
 def _smallest_case(kinds: tuple[str, ...]) -> OracleCase:
     candidates = []
     for name in case_names():
-        path = oracle_dir() / name
+        path = case_dir(name)
         if (path / "weights.npz").is_file() and json.loads((path / "case.json").read_text())["kind"] in kinds:
             candidates.append(((path / "weights.npz").stat().st_size, name))
     if not candidates:
-        pytest.fail(f"no oracle case of kind {kinds} with weights in {oracle_dir()}")
+        pytest.fail(f"no oracle case of kind {kinds} with weights in {oracle_dirs_text()}")
     return load_case(min(candidates)[1])
 
 
@@ -119,7 +119,7 @@ def test_export_with_a_frozen_filter(feedforward_case: OracleCase, tmp_path: Pat
 def _other_weights(case: OracleCase) -> Path:
     """A weights file of a case whose weights do not fit ``case``'s model (by shapes)."""
     for name in case_names():
-        other = oracle_dir() / name / "weights.npz"
+        other = case_dir(name) / "weights.npz"
         if other.is_file() and name != case.name:
             with np.load(other) as z:
                 if {k: z[k].shape for k in z.files} != {k: v.shape for k, v in case.weights.items()}:
