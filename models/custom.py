@@ -85,7 +85,9 @@ def _ensure_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from rlserve.models.networks.action_mask import RLLIB_PATHS, ActionMaskModel
+    from rlserve.models.networks import action_mask, autoregressive
 
-    for name in ("action_mask", *RLLIB_PATHS):
-        _REGISTRY.setdefault(name, ActionMaskModel)
+    for name in ("action_mask", *action_mask.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, action_mask.ActionMaskModel)
+    for name in ("autoregressive_model", *autoregressive.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, autoregressive.AutoregressiveActionModel)

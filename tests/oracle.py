@@ -182,3 +182,18 @@ def select_cases(predicate: Any) -> list[str]:
     if not names:
         return [f"{NO_CASES_PREFIX} in {oracle_dirs_text()}>"]
     return [n for n in names if predicate(n)]
+
+
+# case.json model_config entries that record how the case was registered, not config:
+# the registered names behind the dotted ``custom_model``/``custom_action_dist`` paths.
+REGISTRATION_NOTES = ("custom_model_registered_as", "custom_action_dist_registered_as")
+
+
+def catalog_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """The model config the catalog builds a case from: RLlib's recorded ``model_config``
+    without the registration notes, plus DQN's settings (``dqn_config``) as the
+    ``q_model`` block when the case has them."""
+    config = {k: v for k, v in meta["model_config"].items() if k not in REGISTRATION_NOTES}
+    if "dqn_config" in meta:
+        config["q_model"] = dict(meta["dqn_config"])
+    return config
