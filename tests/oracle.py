@@ -2,8 +2,9 @@
 
 The case folders come from ``RLSERVE_ORACLE_DIR``: one folder or several separated by
 ``os.pathsep``. By default they are ``../shared/oracle/fixtures`` (relative to the
-repository root, required), then ``tests/fixtures/oracle`` (the cases this repository
-records itself; skipped while absent). A folder named explicitly must exist, and a case
+repository root, required), then ``../shared/oracle/fixtures-next`` (the newer kinds) and
+``tests/fixtures/oracle`` (the cases this repository records itself), each skipped while
+absent. A folder named explicitly must exist, and a case
 name must be unique across the folders: both are errors, never a silent skip. One folder
 holding the merged contents of several works the same as naming them all.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_VAR = "RLSERVE_ORACLE_DIR"
-KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter")
+KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter", "q_model", "autoregressive")
 
 
 class OracleFolderError(Exception):
@@ -38,6 +39,7 @@ def _default_dirs() -> tuple[tuple[Path, bool], ...]:
     shared = (REPO_ROOT / ".." / "shared" / "oracle").resolve()
     return (
         (shared / "fixtures", True),
+        (shared / "fixtures-next", False),
         (REPO_ROOT / "tests" / "fixtures" / "oracle", False),
     )
 
