@@ -12,6 +12,11 @@ uniform contract of ``models/interface.py`` (``forward(*inputs) -> (dist_inputs,
                   anything else (top-level MultiBinary, 2-D Box) -> ComplexInputNetwork
     wrapper:      use_lstm -> LSTMWrapper, use_attention -> AttentionWrapper,
                   else FeedForwardPolicy. Wrapped bases are built with num_outputs=None.
+    Q-model:      model_config["q_model"] (DQNConfig's settings, models/q_config.py) ->
+                  the base by the same rule, wrapped as DQN's Q-model (DQNModel), served
+                  through HeadedPolicy: dist inputs = Q-values.
+    action head:  a base with ``dist_head`` (e.g. the autoregressive example model) is
+                  served through HeadedPolicy (dist inputs = what the head returns).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from torch import nn
 
 from rlserve.models.config import merge_model_config
 from rlserve.models.custom import get_custom_model, rllib_class_name
-from rlserve.models.distributions import get_action_dist
+from rlserve.models.distributions import model_output_width
 from rlserve.models.networks.complex_input import (
     ComplexInputNetwork,
     components_for,
@@ -34,9 +39,10 @@ from rlserve.models.networks.complex_input import (
 )
 from rlserve.models.networks.custom_policy import declares_signature
 from rlserve.models.networks.fcnet import FullyConnectedNetwork
-from rlserve.models.networks.policy import FeedForwardPolicy
+from rlserve.models.networks.policy import FeedForwardPolicy, HeadedPolicy
 from rlserve.models.networks.visionnet import VisionNetwork
 from rlserve.models.preprocessors import get_preprocessor
+from rlserve.models.q_config import q_model_config, q_num_outputs
 
 __all__ = ["build_base_model", "build_model", "describe_model", "select_base_class"]
 
@@ -110,13 +116,18 @@ def build_model(
     """
     config = merge_model_config(model_config or {}, action_space)
     prep = get_preprocessor(obs_space, config)
+    q = q_model_config(config)
+    if q is not None:
+        return HeadedPolicy(_build_q_model(prep, action_space, config, q, num_outputs), prep.output_shape)
     if num_outputs is None:
-        num_outputs = get_action_dist(action_space, config).num_outputs
+        num_outputs = model_output_width(action_space, config)
     flag = _wrapper_flag(config)
     if config.get("custom_model") and declares_signature(get_custom_model(config["custom_model"])):
         return _build_policy_model(prep, action_space, config, num_outputs, flag)
     if flag is None:
-        return FeedForwardPolicy(build_base_model(prep, action_space, config, num_outputs), prep.output_shape)
+        base = build_base_model(prep, action_space, config, num_outputs)
+        policy_cls = HeadedPolicy if hasattr(base, "dist_head") else FeedForwardPolicy
+        return policy_cls(base, prep.output_shape)
     module_name, class_name = _WRAPPERS[flag]
     wrapper_cls = getattr(importlib.import_module(module_name), class_name)
     base = build_base_model(prep, action_space, config, None)
@@ -130,6 +141,8 @@ def describe_model(
     config = merge_model_config(model_config or {}, action_space)
     prep = get_preprocessor(obs_space, config)
     name = rllib_class_name(_base_class(prep.observation_space, prep.original_space, config))
+    if q_model_config(config) is not None:
+        return f"{name}_as_DQNTorchModel"
     flag = _wrapper_flag(config)
     return name if flag is None else f"{name}_as_{_WRAPPERS[flag][1]}"
 
@@ -173,6 +186,23 @@ def _check_policy_model(model: nn.Module, num_outputs: int) -> None:
             f"custom model {type(model).__name__}: forward(obs, *state) returned shapes {got}; "
             f"expected {expected} (dist_inputs, value, one new state per declared state tensor)"
         )
+
+
+def _build_q_model(
+    prep: Any, action_space: gs.Space, config: Mapping[str, Any], q: Mapping[str, Any], num_outputs: int | None
+) -> nn.Module:
+    """DQN's builder (``build_q_model_and_distribution``): the base with DQN's num_outputs
+    rule (and its ``no_final_linear`` side effect), then the Q-head."""
+    from rlserve.models.networks.q_model import DQNModel
+
+    if not isinstance(action_space, gs.Discrete):
+        raise ValueError(f"q_model: DQN needs a Discrete action space, got {action_space!r}")
+    default_outputs, no_final_linear = q_num_outputs(q, config, int(action_space.n))
+    base_config = {**config, "no_final_linear": True} if no_final_linear else dict(config)
+    net = build_base_model(prep, action_space, base_config, num_outputs or default_outputs)
+    if hasattr(net, "dist_head"):
+        raise ValueError(f"q_model: custom model {type(net).__name__} has its own action head (dist_head)")
+    return DQNModel(net, int(action_space.n), q)
 
 
 def _check_custom_model(model: nn.Module, obs_shape: tuple[int, ...], num_outputs: int | None) -> None:

@@ -130,6 +130,11 @@ _RENAMED = {
 }
 
 
+# rlserve's own model config keys, kept only when given (RLlib's configs never hold them):
+# "q_model" holds DQN's Q-head settings (models/q_config.py).
+EXTENSION_KEYS = ("q_model",)
+
+
 class ConfigError(ValueError):
     """An invalid model config; the message names the key, expected and received."""
 
@@ -370,8 +375,14 @@ def validate_model_config(cfg: Mapping[str, Any], action_space: Any = None) -> N
     combined with a Tuple/Dict action space unless action flattening is disabled.
     """
     for key in cfg:
-        if key not in MODEL_DEFAULTS:
+        if key not in MODEL_DEFAULTS and key not in EXTENSION_KEYS:
             raise _unknown_key(key)
+    if cfg.get("q_model") is not None:
+        from rlserve.models.q_config import q_model_config  # imports this module
+
+        q_model_config(cfg)
+        if cfg.get("use_lstm") or cfg.get("use_attention"):
+            raise ConfigError("q_model", "no use_lstm/use_attention (DQN's Q-model is feedforward)", cfg["q_model"])
     for key, check in _CHECKS.items():
         if key in cfg:
             check(key, cfg[key])
@@ -406,7 +417,7 @@ def merge_model_config(overrides: Mapping[str, Any] | None = None, action_space:
     if not isinstance(overrides, Mapping):
         raise ConfigError("model", "an object (dict) of model config keys", overrides)
     for key in overrides:
-        if key not in MODEL_DEFAULTS:
+        if key not in MODEL_DEFAULTS and key not in EXTENSION_KEYS:
             raise _unknown_key(key)
     cfg = copy.deepcopy(MODEL_DEFAULTS)
     cfg.update(copy.deepcopy(dict(overrides)))

@@ -88,7 +88,14 @@ def _ensure_builtins() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from rlserve.models.networks import action_mask, batch_norm, frame_stacking, parametric_actions, rnn_model
+    from rlserve.models.networks import (
+        action_mask,
+        autoregressive,
+        batch_norm,
+        frame_stacking,
+        parametric_actions,
+        rnn_model,
+    )
 
     for name in ("action_mask", *action_mask.RLLIB_PATHS):
         _REGISTRY.setdefault(name, action_mask.ActionMaskModel)
@@ -100,3 +107,5 @@ def _ensure_builtins() -> None:
         _REGISTRY.setdefault(name, batch_norm.TorchBatchNormModel)
     for name in ("parametric_actions", *parametric_actions.RLLIB_PATHS):
         _REGISTRY.setdefault(name, parametric_actions.TorchParametricActionsModel)
+    for name in ("autoregressive_model", *autoregressive.RLLIB_PATHS):
+        _REGISTRY.setdefault(name, autoregressive.AutoregressiveActionModel)

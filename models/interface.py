@@ -14,6 +14,10 @@ a ``torch.nn.Module`` whose ``forward`` takes positional tensors in the order of
     outputs: dist_inputs    (B, num_outputs) float32
              value          (B,) float32
              state_out_<i>  (B, *state[i].shape) float32    the state for the next step
+             <extra>        (B, *extra.shape) float32        named extra outputs of a model
+                            with an action head (``OutputSpec``): ``model_out`` (RLlib's
+                            model output, before the head) and what the head declares,
+                            e.g. a Q-model's ``advantages``/``state_value``
 
 The model exposes ``signature() -> ModelSignature``. The server keeps ``state_out`` per
 session and feeds it back as ``state_in``; an episode start feeds ``initial_value`` rows.
@@ -40,6 +44,14 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class OutputSpec:
+    """An extra named graph output (per row, without batch); the server ignores it unless asked."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class PrevSpec:
     """How many previous actions/rewards the model reads, and the flat action width."""
 
@@ -60,6 +72,7 @@ class ModelSignature:
     # {"prev_n_obs": {"data_col": "obs", "shift": "-2:0"}}. How they reach the graph is
     # the state and prev layout above; this documents it in the manifest.
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extras: tuple[OutputSpec, ...] = ()
 
     @property
     def is_recurrent(self) -> bool:
@@ -84,7 +97,8 @@ class ModelSignature:
 
     @property
     def output_names(self) -> list[str]:
-        return ["dist_inputs", "value"] + [f"state_out_{i}" for i in range(len(self.state))]
+        states = [f"state_out_{i}" for i in range(len(self.state))]
+        return ["dist_inputs", "value", *states, *(e.name for e in self.extras)]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,4 +114,5 @@ class ModelSignature:
             ),
             prev=PrevSpec(**data.get("prev", {})),
             views={str(k): dict(v) for k, v in data.get("views", {}).items()},
+            extras=tuple(OutputSpec(e["name"], tuple(e["shape"])) for e in data.get("extras", ())),
         )

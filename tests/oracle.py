@@ -2,8 +2,9 @@
 
 The case folders come from ``RLSERVE_ORACLE_DIR``: one folder or several separated by
 ``os.pathsep``. By default they are ``../shared/oracle/fixtures`` (relative to the
-repository root, required), then ``tests/fixtures/oracle`` (the cases this repository
-records itself; skipped while absent). A folder named explicitly must exist, and a case
+repository root, required), then ``../shared/oracle/fixtures-next`` (the newer kinds) and
+``tests/fixtures/oracle`` (the cases this repository records itself), each skipped while
+absent. A folder named explicitly must exist, and a case
 name must be unique across the folders: both are errors, never a silent skip. One folder
 holding the merged contents of several works the same as naming them all.
 
@@ -26,8 +27,8 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_VAR = "RLSERVE_ORACLE_DIR"
-KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter", "custom_recurrent", "trajectory_view", "batch_norm",
-               "parametric_actions")
+KNOWN_KINDS = ("feedforward", "lstm", "attention", "filter", "q_model", "autoregressive", "custom_recurrent",
+               "trajectory_view", "batch_norm", "parametric_actions")
 
 
 class OracleFolderError(Exception):
@@ -39,6 +40,7 @@ def _default_dirs() -> tuple[tuple[Path, bool], ...]:
     shared = (REPO_ROOT / ".." / "shared" / "oracle").resolve()
     return (
         (shared / "fixtures", True),
+        (shared / "fixtures-next", False),
         (REPO_ROOT / "tests" / "fixtures" / "oracle", False),
     )
 
@@ -183,3 +185,18 @@ def select_cases(predicate: Any) -> list[str]:
     if not names:
         return [f"{NO_CASES_PREFIX} in {oracle_dirs_text()}>"]
     return [n for n in names if predicate(n)]
+
+
+# case.json model_config entries that record how the case was registered, not config:
+# the registered names behind the dotted ``custom_model``/``custom_action_dist`` paths.
+REGISTRATION_NOTES = ("custom_model_registered_as", "custom_action_dist_registered_as")
+
+
+def catalog_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """The model config the catalog builds a case from: RLlib's recorded ``model_config``
+    without the registration notes, plus DQN's settings (``dqn_config``) as the
+    ``q_model`` block when the case has them."""
+    config = {k: v for k, v in meta["model_config"].items() if k not in REGISTRATION_NOTES}
+    if "dqn_config" in meta:
+        config["q_model"] = dict(meta["dqn_config"])
+    return config

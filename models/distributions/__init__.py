@@ -15,6 +15,7 @@ from .actions import (
     unflatten_actions,
     unsquash_actions,
 )
+from .autoregressive import BinaryAutoregressive
 from .base import (
     ActionDistribution,
     ActionOutOfSupportError,
@@ -22,10 +23,17 @@ from .base import (
     UnsupportedMethodError,
 )
 from .beta import Beta
-from .catalog import ActionDistSpec, UnsupportedActionSpaceError, get_action_dist, resolve_dist_type
+from .catalog import (
+    ActionDistSpec,
+    UnsupportedActionSpaceError,
+    get_action_dist,
+    model_output_width,
+    resolve_dist_type,
+)
 from .categorical import Categorical, MultiCategorical
 from .deterministic import Deterministic
 from .dirichlet import Dirichlet
+from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .masking import FLOAT_MIN, MaskError, apply_action_mask
 from .multi import MultiActionDistribution
@@ -53,11 +61,13 @@ __all__ = [
     "ActionDistribution",
     "ActionOutOfSupportError",
     "Beta",
+    "BinaryAutoregressive",
     "Categorical",
     "Deterministic",
     "DiagGaussian",
     "Dirichlet",
     "DistributionError",
+    "EpsilonGreedyQ",
     "MultiActionDistribution",
     "MultiCategorical",
     "SquashedGaussian",
@@ -66,6 +76,7 @@ __all__ = [
     "UnsupportedMethodError",
     "get_action_dist",
     "get_registered_action_dist",
+    "model_output_width",
     "register_action_dist",
     "registered_action_dists",
     "resolve_dist_type",

@@ -34,12 +34,19 @@ from .beta import Beta
 from .categorical import Categorical, MultiCategorical
 from .deterministic import Deterministic
 from .dirichlet import Dirichlet
+from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .multi import MultiActionDistribution
 from .registry import builtin_dist_class, get_registered_action_dist
 from .structure import leaf_spaces
 
-__all__ = ["ActionDistSpec", "UnsupportedActionSpaceError", "get_action_dist", "resolve_dist_type"]
+__all__ = [
+    "ActionDistSpec",
+    "UnsupportedActionSpaceError",
+    "get_action_dist",
+    "model_output_width",
+    "resolve_dist_type",
+]
 
 
 class UnsupportedActionSpaceError(ValueError):
@@ -183,6 +190,8 @@ def get_action_dist(
     :class:`UnsupportedActionSpaceError` for spaces RLlib has no distribution for.
     """
     config = dict(model_config or {})
+    if config.get("q_model") is not None:
+        return _q_spec(action_space, config)
     custom = config.pop("custom_action_dist", None)
     if custom:
         return _custom_spec(str(custom), action_space, config)
@@ -257,7 +266,10 @@ def _custom_spec(name: str, space: gs.Space, config: dict[str, Any]) -> ActionDi
     cls = get_registered_action_dist(name)
     if issubclass(cls, MultiActionDistribution) and isinstance(space, gs.Tuple | gs.Dict):
         return _multi_spec(name, space, config, custom=True)
-    num = int(cls.required_model_output_shape(space, config))
+    # A distribution fed by an action head declares the head's width (dist_input_width);
+    # required_model_output_shape is then the model's own output width, as in RLlib.
+    width = getattr(cls, "dist_input_width", None) or cls.required_model_output_shape
+    num = int(width(space, config))
     dist_kwargs = getattr(cls, "dist_kwargs", None)
     kwargs = dict(dist_kwargs(space, config)) if callable(dist_kwargs) else {}
     return ActionDistSpec(name, num, kwargs, custom=True)
@@ -293,3 +305,25 @@ def _explicit_spec(
         raise ValueError(f"dist_kwargs {sorted(unknown)} not accepted by {cls.__name__}; allowed: {sorted(allowed)}")
     num = int(cls.required_model_output_shape(space, config))
     return ActionDistSpec(cls.rllib_name or cls.__name__, num, dict(kwargs))
+
+
+def _q_spec(space: gs.Space, config: dict[str, Any]) -> ActionDistSpec:
+    """A Q-policy (``model_config["q_model"]``): greedy / epsilon-greedy over the Q-values."""
+    from ..q_config import q_model_config
+
+    q = q_model_config(config)
+    assert q is not None
+    if not isinstance(space, gs.Discrete):
+        raise UnsupportedActionSpaceError(f"q_model: DQN needs a Discrete action space, got {space!r}")
+    return ActionDistSpec(EpsilonGreedyQ.rllib_name, int(space.n), {"epsilon": float(q["epsilon"])})
+
+
+def model_output_width(action_space: gs.Space, model_config: Mapping[str, Any] | None = None) -> int:
+    """The model's ``num_outputs`` for the catalog's distribution (RLlib's
+    ``required_model_output_shape``); differs from the dist input width only for a
+    distribution fed by an action head (e.g. the autoregressive example: 16 vs 6)."""
+    spec = get_action_dist(action_space, model_config)
+    cls = spec.dist_class
+    if spec.custom and getattr(cls, "dist_input_width", None) is not None:
+        return int(cls.required_model_output_shape(action_space, dict(model_config or {})))
+    return spec.num_outputs

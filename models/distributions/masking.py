@@ -30,6 +30,7 @@ import numpy as np
 
 from .catalog import ActionDistSpec, _cached_space
 from .categorical import Categorical, MultiCategorical
+from .epsilon_greedy import EpsilonGreedyQ
 from .multi import MultiActionDistribution
 from .structure import leaf_paths, path_str
 
@@ -54,7 +55,7 @@ class MaskComponent:
 def _components_of(spec: ActionDistSpec, offset: int, label: str) -> list[MaskComponent]:
     if spec.custom:
         raise ValueError(f"action masking does not know the layout of custom distribution {spec.name!r}")
-    if spec.name == Categorical.rllib_name:
+    if spec.name in (Categorical.rllib_name, EpsilonGreedyQ.rllib_name):  # Q-values mask like logits
         return [MaskComponent(label or "action", offset, spec.num_outputs)]
     if spec.name == MultiCategorical.rllib_name:
         out, pos = [], offset

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import threading
 
+from .autoregressive import RLLIB_PATHS as AUTOREGRESSIVE_PATHS
+from .autoregressive import BinaryAutoregressive
 from .base import ActionDistribution
 from .beta import Beta
 from .categorical import Categorical, MultiCategorical
 from .deterministic import Deterministic
 from .dirichlet import Dirichlet
+from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .multi import MultiActionDistribution
 
@@ -46,10 +49,15 @@ BUILTIN_DISTRIBUTIONS: dict[str, type[ActionDistribution]] = {
         Deterministic,
         Dirichlet,
         MultiActionDistribution,
+        EpsilonGreedyQ,
     )
 }
 
-_CUSTOM: dict[str, type[ActionDistribution]] = {}
+# Custom distributions of RLlib's examples, under the names their users register them
+# with and the dotted class paths RLlib records; user registrations may replace them.
+_CUSTOM: dict[str, type[ActionDistribution]] = {
+    name: BinaryAutoregressive for name in ("binary_autoreg_dist", *AUTOREGRESSIVE_PATHS)
+}
 _LOCK = threading.Lock()
 
 

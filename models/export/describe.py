@@ -30,6 +30,11 @@ def describe_action_dist(
     spec = get_action_dist(action_space, config)
     if rllib_dist is not None and "num_outputs" in rllib_dist:
         return dict(rllib_dist)  # already our spec JSON
+    same_class = rllib_dist is not None and spec.dist_class.rllib_name == rllib_dist.get("class")
+    if rllib_dist is not None and (config.get("q_model") is not None or same_class):
+        # A Q-policy serves its own (epsilon-)greedy rule over the Q-values, whatever class
+        # RLlib paired with them; a custom dist recorded by its RLlib class name is the same.
+        return dict(spec.to_json())
     if rllib_dist is not None and rllib_dist.get("class") != spec.name:
         kwargs = rllib_dist.get("kwargs") or {}
         extra = {k: kwargs[k] for k in _EXPLICIT_KWARGS if k in kwargs}

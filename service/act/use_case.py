@@ -91,6 +91,7 @@ class _Options:
     unsquash_actions: bool | None  # None: as the bundle says
     clip_actions: bool | None
     debug: bool = False
+    epsilon: float | None = None
 
 
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
@@ -181,7 +182,8 @@ class ActService:
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
         step = policy.preparer.prepare(rows, explore=options.explore,
-                                       extras=frozenset(options.outputs) if options.outputs else _NO_KEYS)
+                                       extras=frozenset(options.outputs) if options.outputs else _NO_KEYS,
+                                       epsilon=options.epsilon)
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:

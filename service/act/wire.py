@@ -80,6 +80,8 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     window: Any = None
     windows: list[Any] | None = None
     explore: bool | None = None
+    # Q-policies only: the exploration rate when exploring (default: the model's q_model.epsilon).
+    epsilon: float | None = None
     # How ``action`` is made from the model's sample: unset follows the bundle (RLlib's
     # normalize_actions / clip_actions as the policy was trained with).
     clip_actions: bool | None = None

@@ -139,6 +139,9 @@ class BatchStep:
             explore = np.full(dist_inputs.shape[0], modes.pop())
         else:
             explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
+        epsilon = self._epsilons(steps, explore) if hasattr(dist, "set_epsilon") else None
+        if epsilon is not None:
+            dist.set_epsilon(epsilon)  # type: ignore[attr-defined]
         if explore.all():
             actions = dist.sample(self.rng)
         elif not explore.any():
@@ -153,12 +156,22 @@ class BatchStep:
                 for offset, rng in enumerate(step.rngs):
                     row = start + offset
                     if rng is not None and explore[row]:
-                        tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
+                        own = spec.build(dist_inputs[row:row + 1])
+                        if epsilon is not None:
+                            own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
+                        tree_set_row(actions, row, own.sample(rng))
             start += step.rows
         logp = _optional(lambda: dist.logp(actions))
         wants_entropy = any("entropy" in s.extras for s in steps)
         entropy = _optional(dist.entropy) if wants_entropy else None
         return actions, logp, entropy
+
+    @staticmethod
+    def _epsilons(steps: list[Step], explore: np.ndarray) -> np.ndarray:
+        """A Q-policy's per-row epsilon: the request's (NaN: the model's); 0 where a row does
+        not explore, so its logp is that of the greedy policy it was served."""
+        asked = np.repeat([np.nan if s.epsilon is None else s.epsilon for s in steps], [s.rows for s in steps])
+        return np.where(explore, asked, 0.0)
 
     def _scatter(self, outputs: dict[str, np.ndarray], slots: np.ndarray, actions: Any) -> None:
         state_out = [outputs[f"state_out_{i}"] for i in range(len(self.signature.state))]

@@ -46,6 +46,7 @@ class Step:
     rngs: list[np.random.Generator | None] = field(default_factory=list)  # per row; [] = none
     windows: list[dict[str, np.ndarray] | None] | None = None  # sent trajectory windows, per row
     has_sessions: bool = False
+    epsilon: float | None = None  # a Q-policy's exploration rate for this request (None: the model's)
 
     rows: int = 0  # n, set from obs
     obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch
@@ -87,12 +88,24 @@ class Preparer:
             return 0
         return int(shape[0])
 
-    def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str]) -> Step:
+    def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str],
+                epsilon: float | None = None) -> Step:
         """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
         step = self._prepare(rows, self.default_explore if explore is None else explore, extras)
         if rows.windows is not None:
             step.windows = self._windows(rows)
+        if epsilon is not None:
+            step.epsilon = self._epsilon(epsilon)
         return step
+
+    def _epsilon(self, epsilon: float) -> float:
+        if not hasattr(self.pipeline.dist_spec.dist_class, "set_epsilon"):
+            raise InvalidInput("epsilon: only Q-policies (a q_model) explore epsilon-greedily",
+                               field="epsilon", expected="no epsilon for this model", received=repr(epsilon))
+        if not 0.0 <= epsilon <= 1.0:
+            raise InvalidInput("epsilon must be in [0, 1]", field="epsilon", expected="a number in [0, 1]",
+                               received=repr(epsilon))
+        return float(epsilon)
 
     def _prepare(self, rows: Rows, explore: bool, extras: frozenset[str]) -> Step:
         space = self.pipeline.obs_space

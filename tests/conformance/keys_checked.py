@@ -54,6 +54,9 @@ KEY_RULES: list[tuple[re.Pattern[str], str]] = [
         (r"seqmode/(model_out|value|state_out/\d+)", "test_recurrent (sequence mode)"),
         (r"stream|stream_filtered|running_(mean|std|n)|frozen_(in|out)|one_push/out_frozen", "test_filter"),
         (r"final/(num_pushes|mean_array|sum_sq_diff_array|var|std)", "test_filter"),
+        (r"q_values|q_logits|advantages|state_value|base_value|greedy_action", "test_action_heads (q_model)"),
+        (r"a1_logits|a2_logits/a1=\d+|a2_logits_given_a1", "test_action_heads (autoregressive)"),
+        (r"dist/(sample(/.+)?|logp|deterministic_sampled_action_logp)", "test_action_heads (autoregressive)"),
     ]
 ]
 
@@ -79,6 +82,7 @@ BEHAVIOUR_FIELDS: tuple[str, ...] = (
     "batch_size",
     "T",
     "filter",
+    "dqn_config",
     "io_keys",
     "weights.shapes",
     "weights.aliased_keys",

@@ -19,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, case_dir, case_names, load_case, oracle_dirs_text
+from oracle import REGISTRATION_NOTES, OracleCase, case_dir, case_names, catalog_config, load_case, oracle_dirs_text
 
 from conformance.keys_checked import mark_fields
 from rlserve.models.catalog import build_model
 from rlserve.models.config import merge_model_config
+from rlserve.models.custom import get_custom_model
+from rlserve.models.distributions import get_registered_action_dist
 from rlserve.models.networks.visionnet import VisionNetwork
 from rlserve.models.rllib_import import load_rllib_weights, rllib_key_candidates
 from rlserve.models.spaces import space_from_json
@@ -52,7 +54,7 @@ def _built_by_path(path: str) -> torch.nn.Module:
     meta = case.meta
     model = build_model(
         space_from_json(meta["observation_space"]), space_from_json(meta["action_space"]),
-        meta["model_config"], num_outputs=meta["num_outputs"],
+        catalog_config(meta), num_outputs=meta["num_outputs"],
     )
     load_rllib_weights(model, case.weights)
     return model.eval()
@@ -61,7 +63,7 @@ def _built_by_path(path: str) -> torch.nn.Module:
 def test_model_config_is_defaults_plus_overrides(case: OracleCase) -> None:
     meta = case.meta
     merged = merge_model_config(meta["model_config_overrides"], space_from_json(meta["action_space"]))
-    recorded = meta["model_config"]
+    recorded = _resolved_registrations(meta["model_config"], case)
     differing = sorted(k for k in set(merged) | set(recorded) if merged.get(k) != recorded.get(k))
     if differing == ["conv_filters"] and merged["conv_filters"] is None:
         # RLlib's VisionNetwork wrote the default filters it picked into the config.
@@ -72,6 +74,20 @@ def test_model_config_is_defaults_plus_overrides(case: OracleCase) -> None:
     else:
         assert not differing, {k: (merged.get(k), recorded.get(k)) for k in differing}
     mark_fields(case, "model_config", "model_config_overrides")
+
+
+def _resolved_registrations(recorded: dict, case: OracleCase) -> dict:
+    """RLlib records a registered custom model/dist by its dotted class path, plus the name
+    it was registered under (REGISTRATION_NOTES): that name must resolve to the class we
+    serve for the path, and then stands for it (the overrides use the name)."""
+    resolved = {k: v for k, v in recorded.items() if k not in REGISTRATION_NOTES}
+    for note in REGISTRATION_NOTES:
+        if note in recorded:
+            key = note.removesuffix("_registered_as")
+            lookup = get_custom_model if key == "custom_model" else get_registered_action_dist
+            assert lookup(recorded[note]) is lookup(recorded[key]), f"{note}: {recorded[note]} != {recorded[key]}"
+            resolved[key] = recorded[note]
+    return resolved
 
 
 def _rllib_names(model: torch.nn.Module, case: OracleCase) -> dict[str, list[str]]:

@@ -19,12 +19,14 @@ from oracle import (
     OracleCase,
     assert_close,
     case_dir,
+    catalog_config,
     load_case,
     oracle_dirs_text,
     read_meta,
     select_cases,
 )
 
+from conformance.heads import expected_graph_outputs
 from rlserve.models.config import merge_model_config
 from rlserve.models.export.bundle import Bundle, load_bundle
 from rlserve.models.export.onnx import onnx_runner
@@ -66,7 +68,7 @@ def _export_case(case: OracleCase, tmp: Path) -> Bundle:
     torch.set_num_threads(1)
     obs_space = space_from_json(case.meta["observation_space"])
     action_space = space_from_json(case.meta["action_space"])
-    config = merge_model_config(case.meta["model_config"], action_space)
+    config = merge_model_config(catalog_config(case.meta), action_space)
     model = build_model(obs_space, action_space, config, num_outputs=case.meta["num_outputs"])
     load_rllib_weights(model, case.weights)
     dist = describe_action_dist(action_space, config, case.meta["action_dist"])
@@ -100,8 +102,8 @@ def test_runtime_reproduces_rllib(case_name: str, runtime: str, exported) -> Non
 
 def _check_feedforward(case: OracleCase, run, runtime: str) -> None:
     out = run({"obs": case.io["obs_flat"].astype(np.float32)})
-    assert_close(out["dist_inputs"], case.io["model_out"], f"{case.name}/{runtime}: model_out")
-    assert_close(out["value"], case.io["value"], f"{case.name}/{runtime}: value")
+    for name, (expected, keys) in expected_graph_outputs(case).items():
+        assert_close(out[name], expected, f"{case.name}/{runtime}: {name} ({', '.join(keys) or 'derived'})")
 
 
 def _flat_prev(values: np.ndarray, batch: int, windowed: bool) -> np.ndarray:
