@@ -9,12 +9,10 @@ also run through ``forward_sequence``.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_dir, case_names, load_case, oracle_dirs_text
+from oracle import OracleCase, assert_close, case_names, load_case, oracle_dirs_text, read_meta
 
 from conformance.keys_checked import mark_fields, mark_io
 from rlserve.models.catalog import build_model, describe_model
@@ -30,8 +28,7 @@ def _case_names_of_kind(*kinds: str) -> list[str]:
     """Cases selected by case.json ``kind`` (read without loading the arrays)."""
     names = []
     for name in case_names():
-        meta = json.loads((case_dir(name) / "case.json").read_text())
-        if meta.get("kind") in kinds:
+        if read_meta(name).get("kind") in kinds:
             names.append(name)
     return names
 

@@ -11,12 +11,10 @@ every gathered input must equal what RLlib fed at that step, state included.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_dir, case_names, load_case
+from oracle import OracleCase, assert_close, case_names, load_case, read_meta
 
 from conformance.keys_checked import mark_io
 from rlserve.models.catalog import build_model
@@ -29,7 +27,7 @@ from rlserve.service.sessions.slabs import SessionSlabs
 
 def _recurrent_names() -> list[str]:
     kinds = ("lstm", "attention", "custom_recurrent")
-    return [n for n in case_names() if json.loads((case_dir(n) / "case.json").read_text())["kind"] in kinds]
+    return [n for n in case_names() if read_meta(n)["kind"] in kinds]
 
 
 @pytest.fixture(params=_recurrent_names())

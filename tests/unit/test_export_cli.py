@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from oracle import OracleCase, case_dir, case_names, load_case, oracle_dirs_text
+from oracle import OracleCase, case_dir, case_names, load_case, oracle_dirs_text, read_meta
 
 from rlserve.models.export.bundle import MANIFEST_NAME, load_bundle, verify_reference
 from rlserve.models.filters import MeanStdFilter
@@ -23,7 +23,7 @@ def _smallest_case(kinds: tuple[str, ...]) -> OracleCase:
     candidates = []
     for name in case_names():
         path = case_dir(name)
-        if (path / "weights.npz").is_file() and json.loads((path / "case.json").read_text())["kind"] in kinds:
+        if (path / "weights.npz").is_file() and read_meta(name)["kind"] in kinds:
             candidates.append(((path / "weights.npz").stat().st_size, name))
     if not candidates:
         pytest.fail(f"no oracle case of kind {kinds} with weights in {oracle_dirs_text()}")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from oracle import ENV_VAR, OracleFolderError, all_case_names, case_dir, case_names, oracle_dirs
+from oracle import ENV_VAR, OracleFolderError, all_case_names, case_dir, case_names, oracle_dirs, read_meta
 
 
 def _case(root: Path, name: str, kind: str = "feedforward") -> Path:
@@ -71,3 +71,30 @@ def test_the_default_needs_only_the_first_folder(monkeypatch) -> None:
     dirs = oracle_dirs()
     assert dirs[0].name == "fixtures" and dirs[0].parent.name == "oracle"
     assert all(d.is_dir() for d in dirs[1:])
+
+
+@pytest.mark.parametrize(
+    ("label", "model_class", "kind"),
+    [
+        ("frame_stacking", "TorchFrameStackingCartPoleModel", "trajectory_view"),
+        ("rnn", "TorchRNNModel", "custom_recurrent"),
+        ("dqn", "FullyConnectedNetwork_as_DQNTorchModel", "q_model"),
+        ("lstm", "FullyConnectedNetwork_as_LSTMWrapper", "lstm"),  # a known label is kept
+    ],
+)
+def test_a_case_labelled_otherwise_takes_the_kind_of_its_rllib_class(tmp_path, monkeypatch, label, model_class,
+                                                                      kind) -> None:
+    path = tmp_path / "a" / "elsewhere"
+    path.mkdir(parents=True)
+    (path / "case.json").write_text(json.dumps({"kind": label, "model_class": model_class}))
+    _use(monkeypatch, tmp_path / "a")
+    assert case_names() == ["elsewhere"]
+    assert read_meta("elsewhere")["kind"] == kind
+
+
+def test_a_case_whose_class_says_nothing_keeps_its_unknown_label(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "a" / "odd"
+    path.mkdir(parents=True)
+    (path / "case.json").write_text(json.dumps({"kind": "mystery", "model_class": "SomethingElse"}))
+    _use(monkeypatch, tmp_path / "a")
+    assert all_case_names() == ["odd"] and case_names() == []
