@@ -58,6 +58,9 @@ class ActionDistribution(ABC):
 
     #: RLlib's class name, e.g. "TorchCategorical" (the spec's ``name``).
     rllib_name: ClassVar[str] = ""
+    #: True when the inputs are a Q-policy's Q-values (served as ``q_values``; the
+    #: distribution then takes a per-row exploration rate through ``set_epsilon``).
+    inputs_are_q_values: ClassVar[bool] = False
 
     def __init__(self, inputs: np.ndarray):
         self.inputs = check_inputs(inputs, type(self).__name__)

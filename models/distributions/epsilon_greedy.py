@@ -36,6 +36,7 @@ FLOAT_MIN = np.float32(-3.4e38)
 
 class EpsilonGreedyQ(ActionDistribution):
     rllib_name: ClassVar[str] = "EpsilonGreedyQ"
+    inputs_are_q_values: ClassVar[bool] = True
 
     def __init__(self, inputs: np.ndarray, epsilon: float = 0.0):
         super().__init__(inputs)

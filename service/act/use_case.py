@@ -124,11 +124,11 @@ class ActService:
 
     def accept_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
                     extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
-                    started: float | None = None) -> Accepted:
+                    started: float | None = None, epsilon: float | None = None) -> Accepted:
         """A request another wire format already decoded into ``rows``: validated, its
         sessions bound, ready for ``submit_nowait`` or ``submit``. Raises (before any
         session changed) if it is refused."""
-        options = _Options(explore, extras, unsquash, clip)
+        options = _Options(explore, extras, unsquash, clip, epsilon=epsilon)
         return self._accept(name, version, rows, options, time.perf_counter() if started is None else started)
 
     def submit_nowait(self, accepted: Accepted, encode: Encode, reply: Reply) -> None:
@@ -324,6 +324,8 @@ class ActService:
                 response.entropy = None if batch.entropy is None else pick(batch.entropy, start, stop)
             if "dist_inputs" in extras and batch.dist_inputs is not None:
                 response.dist_inputs = pick(batch.dist_inputs, start, stop)
+            if "q_values" in extras and batch.dist_inputs is not None:  # a Q-policy's dist_inputs
+                response.q_values = pick(batch.dist_inputs, start, stop)
             if "raw_action" in extras:
                 response.raw_action = raw_action
         if step.has_sessions:

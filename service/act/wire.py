@@ -19,7 +19,7 @@ import msgspec
 from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
 from rlserve.service.step.rows import Rows
 
-Extra = Literal["value", "entropy", "dist_inputs", "raw_action"]
+Extra = Literal["value", "entropy", "dist_inputs", "q_values", "raw_action"]
 
 
 class Seed(int):
@@ -115,6 +115,8 @@ class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     value: Any = msgspec.UNSET
     entropy: Any = msgspec.UNSET
     dist_inputs: Any = msgspec.UNSET
+    # A Q-policy's Q-values (after masking), one per action. Only with ``outputs: ["q_values"]``.
+    q_values: Any = msgspec.UNSET
     # The model's own sample (before unsquash/clip): what a recurrent model is fed back as
     # its previous action. Only with ``outputs: ["raw_action"]``.
     raw_action: Any = msgspec.UNSET

@@ -25,6 +25,8 @@ from rlserve.service.step.codec import floats_json
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
 
+_DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
+
 
 @dataclass(slots=True)
 class BatchOutput:
@@ -35,7 +37,7 @@ class BatchOutput:
     logp: list[Any] | None
     value: list[Any] | None  # only when some request asked for it
     entropy: list[Any] | None
-    dist_inputs: list[Any] | None  # only when some request asked for it
+    dist_inputs: list[Any] | None  # only when some request asked for it (or for q_values)
     # The same outputs as arrays (B, ...), for tensor wire formats; None where undefined.
     arrays: dict[str, np.ndarray | None] = field(default_factory=dict)
 
@@ -69,6 +71,7 @@ class BatchStep:
         self.mask_layout = mask_layout
         self.obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
         self.rng = np.random.default_rng(seed)
+        self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         self.stateful = signature.is_recurrent or signature.uses_prev_actions or signature.uses_prev_rewards
 
     def run(self, steps: list[Step]) -> list[StepOutput]:
@@ -139,7 +142,7 @@ class BatchStep:
             explore = np.full(dist_inputs.shape[0], modes.pop())
         else:
             explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
-        epsilon = self._epsilons(steps, explore) if hasattr(dist, "set_epsilon") else None
+        epsilon = self._epsilons(steps, explore) if self.q_policy else None
         if epsilon is not None:
             dist.set_epsilon(epsilon)  # type: ignore[attr-defined]
         if explore.all():
@@ -186,8 +189,11 @@ class BatchStep:
             logp=floats_json(logp),
             value=floats_json(value) if any("value" in s.extras for s in steps) else None,
             entropy=floats_json(entropy),
-            dist_inputs=dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None,
-            arrays={"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs},
+            # A Q-policy's q_values are its dist_inputs (see Preparer.q_policy): one list for both.
+            dist_inputs=dist_inputs.tolist() if any(not s.extras.isdisjoint(_DIST_INPUT_NAMES) for s in steps)
+            else None,
+            arrays={"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs,
+                    "q_values": dist_inputs if self.q_policy else None},
         )
         results, start = [], 0
         for step in steps:

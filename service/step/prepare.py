@@ -62,6 +62,8 @@ class Preparer:
         self.default_explore = default_explore
         self.mask_layout = masks.mask_layout(pipeline.dist_spec)
         self.window_layout = window_layout
+        # A Q-policy (DQN's q_model): takes a request's epsilon and returns its Q-values.
+        self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         obs_space = pipeline.obs_space
         self.mask_in_obs = (hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict)
                             and MASK_KEY in obs_space.spaces)
@@ -91,6 +93,10 @@ class Preparer:
     def prepare(self, rows: Rows, *, explore: bool | None, extras: frozenset[str],
                 epsilon: float | None = None) -> Step:
         """Validate a request's rows into a ``Step``; raises a 4xx ``ServiceError``."""
+        if "q_values" in extras and not self.q_policy:
+            raise InvalidInput("outputs: 'q_values' come from Q-policies (a q_model) only; this model's "
+                               "dist_inputs are not Q-values", field="outputs",
+                               expected="outputs without 'q_values' for this model", received="q_values")
         step = self._prepare(rows, self.default_explore if explore is None else explore, extras)
         if rows.windows is not None:
             step.windows = self._windows(rows)
@@ -99,7 +105,7 @@ class Preparer:
         return step
 
     def _epsilon(self, epsilon: float) -> float:
-        if not hasattr(self.pipeline.dist_spec.dist_class, "set_epsilon"):
+        if not self.q_policy:
             raise InvalidInput("epsilon: only Q-policies (a q_model) explore epsilon-greedily",
                                field="epsilon", expected="no epsilon for this model", received=repr(epsilon))
         if not 0.0 <= epsilon <= 1.0:

@@ -162,6 +162,8 @@ async def test_binary_framing_errors_say_what_the_bytes_should_be(make_client):
     ([json_obs(OBS)], {"parameters": {"temperature": 2}}, ["unknown request parameter", "temperature", "explore"]),
     ([json_obs(OBS)], {"parameters": {"explore": "yes"}}, ["parameters.explore", "boolean"]),
     ([json_obs(OBS)], {"parameters": {"seed": 3}}, ["parameters.seed", "sequence_start"]),
+    ([json_obs(OBS)], {"parameters": {"epsilon": 2}}, ["parameters.epsilon", "[0, 1]", "received 2"]),
+    ([json_obs(OBS)], {"parameters": {"epsilon": 0.5}}, ["'parameters.epsilon'", "Q-policies", "received"]),
     ([json_obs(OBS)], {"parameters": {"sequence_start": True}}, ["sequence_id"]),
     ([json_obs(OBS)], {"parameters": {"sequence_id": -4}}, ["sequence_id", "unsigned 64-bit"]),
     ([json_obs(OBS)], {"outputs": [{"name": "q_values"}]}, ["unknown output 'q_values'", "dist_inputs"]),

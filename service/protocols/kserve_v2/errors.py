@@ -21,10 +21,10 @@ from rlserve.service.protocols.kserve_v2.layout import MASK, OBS, PREV_ACTION, R
 from rlserve.service.protocols.kserve_v2.wire import ENCODER, InferErrorResponse
 
 _KEPT = frozenset({404, 405, 413})
-_FIELD = re.compile(r"^(?P<base>observations?|action_masks?|prev_actions?|rewards?|session_ids?|seeds?)"
+_FIELD = re.compile(r"^(?P<base>observations?|action_masks?|prev_actions?|rewards?|session_ids?|seeds?|epsilon)"
                     r"(?:\[(?P<row>\d+)\])?(?P<rest>.*)$", re.S)
 _NAMES = {"observation": OBS, "action_mask": MASK, "prev_action": PREV_ACTION, "reward": REWARD,
-          "session_id": "parameters.sequence_id", "seed": "parameters.seed"}
+          "session_id": "parameters.sequence_id", "seed": "parameters.seed", "epsilon": "parameters.epsilon"}
 # Session messages speak of the JSON API's sessions and fields; here they are sequences.
 _SEQUENCE_WORDS = (("start a new episode", "start it again with sequence_start=true"),
                    ("episode_start=true", "sequence_start=true"), ("episode_start", "sequence_start"),

@@ -76,7 +76,8 @@ class InferService:
         outputs = plan_outputs(req, layout, options.binary_output)
         extras = frozenset(spec_name for _, _, spec_name, _ in outputs if spec_name in EXTRAS)
         accepted = self.act.accept_rows(name, version, rows, explore=options.explore, extras=extras,
-                                        unsquash=options.unsquash, clip=options.clip, started=started)
+                                        unsquash=options.unsquash, clip=options.clip, started=started,
+                                        epsilon=options.epsilon)
         return accepted, Answerer(self.act, layout, outputs, req.id, options.end)
 
 

@@ -10,7 +10,7 @@ order of ``rlserve.models.distributions.structure``:
   ``prev_action.<path>`` for a reported previous action (models that read one);
 - ``action_mask`` (0/1 per categorical action, the JSON API's flat layout), ``reward``
   (models that read previous rewards), and the outputs ``logp``, ``value``, ``entropy``,
-  ``dist_inputs``.
+  ``dist_inputs`` and, for Q-policies only, ``q_values``.
 
 Every tensor has the batch as its first dimension (``-1`` in the metadata); a request's
 tensors share one batch size. Discrete leaves and scalars are ``[B]`` (``[B, 1]`` is
@@ -35,8 +35,8 @@ from rlserve.service.serving.policy import Policy
 from rlserve.service.step.columns import is_structured
 
 OBS, MASK, PREV_ACTION, REWARD = "obs", "action_mask", "prev_action", "reward"
-LOGP, VALUE, ENTROPY, DIST_INPUTS = "logp", "value", "entropy", "dist_inputs"
-EXTRAS = (VALUE, ENTROPY, DIST_INPUTS)  # outputs sent only when asked for by name
+LOGP, VALUE, ENTROPY, DIST_INPUTS, Q_VALUES = "logp", "value", "entropy", "dist_inputs", "q_values"
+EXTRAS = (VALUE, ENTROPY, DIST_INPUTS, Q_VALUES)  # outputs sent only when asked for by name
 _LEAVES = (gs.Box, gs.Discrete, gs.MultiDiscrete, gs.MultiBinary, Simplex)
 
 
@@ -69,7 +69,7 @@ class Layout:
     mask: TensorSpec | None
     prev_action: tuple[TensorSpec, ...]
     reward: TensorSpec | None
-    scores: tuple[TensorSpec, ...]  # logp, value, entropy, dist_inputs
+    scores: tuple[TensorSpec, ...]  # logp, value, entropy, dist_inputs (q_values)
     inputs: dict[str, tuple[str, int, TensorSpec]] = field(default_factory=dict)  # name -> (kind, leaf, spec)
     outputs: dict[str, TensorSpec] = field(default_factory=dict)
     default_outputs: tuple[str, ...] = ()
@@ -124,8 +124,11 @@ def _build(policy: Policy) -> Layout:
         prev_action = tuple(_action_spec(name, leaf, optional=True)
                             for name, leaf in _leaves(pipeline.action_space, PREV_ACTION))
     reward = TensorSpec(REWARD, "FP32", (), optional=True) if signature.uses_prev_rewards else None
-    scores = (TensorSpec(LOGP, "FP32", ()), TensorSpec(VALUE, "FP32", ()), TensorSpec(ENTROPY, "FP32", ()),
-              TensorSpec(DIST_INPUTS, "FP32", (signature.num_outputs,)))
+    scores: tuple[TensorSpec, ...] = (
+        TensorSpec(LOGP, "FP32", ()), TensorSpec(VALUE, "FP32", ()), TensorSpec(ENTROPY, "FP32", ()),
+        TensorSpec(DIST_INPUTS, "FP32", (signature.num_outputs,)))
+    if policy.preparer.q_policy:
+        scores += (TensorSpec(Q_VALUES, "FP32", (signature.num_outputs,)),)
     inputs: dict[str, tuple[str, int, TensorSpec]] = {}
     for kind, specs in ((OBS, obs), (MASK, (mask,)), (PREV_ACTION, prev_action), (REWARD, (reward,))):
         for i, spec in enumerate(specs):

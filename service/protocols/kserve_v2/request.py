@@ -1,7 +1,7 @@
 """The request's envelope: the JSON header split from the binary data, and the parameters.
 
-Request ``parameters`` carry rlserve's options (``explore``, ``seed``, ``clip_actions``,
-``unsquash_actions``), the sequence extension's (``sequence_id``, ``sequence_start``,
+Request ``parameters`` carry rlserve's options (``explore``, ``seed``, ``epsilon``,
+``clip_actions``, ``unsquash_actions``), the sequence extension's (``sequence_id``, ``sequence_start``,
 ``sequence_end``) and the binary extension's ``binary_data_output``; Triton's scheduling
 hints (``priority``, ``timeout``) are accepted and mean nothing here. Anything else is a
 400 naming the parameter.
@@ -21,7 +21,7 @@ _EMPTY = memoryview(b"")
 _BOOL_PARAMETERS = ("explore", "clip_actions", "unsquash_actions", "sequence_start", "sequence_end",
                     "binary_data_output")
 _IGNORED_PARAMETERS = ("priority", "timeout")
-KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "sequence_id", *_IGNORED_PARAMETERS)
+KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "epsilon", "sequence_id", *_IGNORED_PARAMETERS)
 
 
 @dataclass(slots=True)
@@ -30,6 +30,7 @@ class Options:
 
     explore: bool | None = None
     seed: int | None = None
+    epsilon: float | None = None  # a Q-policy's exploration rate (None: the model's)
     clip: bool | None = None  # None: as the bundle says (RLlib's clip_actions / normalize_actions)
     unsquash: bool | None = None
     session_id: str | None = None
@@ -94,6 +95,8 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
     options.end = _flag(parameters, "sequence_end")
     options.binary_output = _flag(parameters, "binary_data_output")
     options.session_id = sequence_id(parameters.get("sequence_id", 0))
+    if "epsilon" in parameters:
+        options.epsilon = _epsilon(parameters["epsilon"])
     seed = parameters.get("seed")
     if seed is not None:
         if type(seed) is not int or seed < 0:
@@ -110,6 +113,14 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
                              "or a non-empty string)", field="parameters.sequence_id",
                              expected="a non-zero sequence_id", received=parameters.get("sequence_id"))
     return options
+
+
+def _epsilon(value: Parameter) -> float:
+    """A number in [0, 1] (whether the model is a Q-policy is the act path's check)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise BadRequest("parameters.epsilon must be a number in [0, 1] (a Q-policy's exploration rate)",
+                         field="parameters.epsilon", expected="a number in [0, 1]", received=value)
+    return float(value)
 
 
 def sequence_id(value: Parameter) -> str | None:

@@ -1,7 +1,7 @@
 """The answer: which outputs a request gets, encoded from its rows of the batch.
 
 Outputs are the env-space action leaves (``action`` / ``action.<path>``) and the batch's
-``logp``, ``value``, ``entropy`` and ``dist_inputs``, each as inline JSON ``data`` or as
+``logp``, ``value``, ``entropy``, ``dist_inputs`` and a Q-policy's ``q_values``, each as inline JSON ``data`` or as
 binary data after the JSON header (``binary_data``). A ``sequence_end`` request ends its
 session here, once its step was served.
 """

@@ -40,7 +40,7 @@ class InferRequestOutput(msgspec.Struct, forbid_unknown_fields=True, omit_defaul
 
 class InferRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """The inference request. ``parameters`` carries rlserve's request options (explore,
-    seed, clip_actions, unsquash_actions) and the sequence extension's (sequence_id,
+    seed, epsilon, clip_actions, unsquash_actions) and the sequence extension's (sequence_id,
     sequence_start, sequence_end); ``outputs`` absent means every default output."""
 
     inputs: list[InferRequestInput]
