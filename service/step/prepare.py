@@ -45,6 +45,8 @@ class Step:
     mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
     rngs: list[np.random.Generator | None] = field(default_factory=list)  # per row; [] = none
     has_sessions: bool = False
+    keep_answer: bool = False  # the request carried a step index: its sessions keep this answer
+    expect_steps: int | None = None  # that index (not at an episode start): checked when the batch runs
 
     rows: int = 0  # n, set from obs
     obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch
