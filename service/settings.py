@@ -9,6 +9,7 @@ stops the start with the closest setting's name, unless it is one of ``NOT_SETTI
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -133,6 +134,8 @@ class Settings(BaseSettings):
         if "://" not in value or scheme not in _STORE_SCHEMES:
             raise ValueError(f"a Redis/Valkey URL starting with one of {[s + '://' for s in _STORE_SCHEMES]}, "
                              "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
+        if importlib.util.find_spec("redis") is None:
+            raise ValueError("an external session store needs its client library: pip install 'rlserve[redis]'")
         return value
 
     @field_validator("admin_token")

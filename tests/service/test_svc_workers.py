@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -19,10 +20,11 @@ def test_each_worker_serves_its_socket_with_the_act_protocol(monkeypatch):
     runs = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: runs.append((self, sockets)))
     monkeypatch.setattr(server.gc, "freeze", lambda: None)  # not this test process's heap
-    with socket.socket() as sock:
+    with socket.socket() as sock, pytest.raises(SystemExit) as exited:
         workers._worker(Settings(workers=2, log_level="warning"), sock)
-        [(uvicorn_server, sockets)] = runs
-        assert sockets == [sock]
+    assert exited.value.code == 0  # serve's status: a worker whose named checkpoint fails exits 2
+    [(uvicorn_server, sockets)] = runs
+    assert sockets == [sock]
     http = uvicorn_server.config.http
     assert isinstance(http, type) and issubclass(http, HttpToolsProtocol) and http.__name__ == "ActProtocol"
     app = uvicorn_server.config.app
