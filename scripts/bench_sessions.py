@@ -47,6 +47,7 @@ from bench_server import (  # noqa: E402
     lstm_sessions,
     mlp_single,
     run_load,
+    start_rlserve,
     stop,
     wait_ready,
 )
@@ -68,15 +69,6 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen, int, Path]:
         except redis.exceptions.ConnectionError:
             time.sleep(0.05)  # polling interval while it starts
     raise RuntimeError("redis-server did not start")
-
-
-def start_server(repo: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    full = {**os.environ, "PYTHONPATH": str(ROOT), "RLSERVE_LOG_LEVEL": "warning", **env}
-    code = "import sys; from rlserve.service.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--repository", str(repo), "--port", str(port)], env=full)
-    wait_ready(port, "/readyz", proc)
-    return proc, port
 
 
 def start_minimal(workdir: Path, workers: int) -> tuple[subprocess.Popen, int]:
@@ -207,8 +199,8 @@ def main() -> None:
         servers: list[subprocess.Popen] = []
         try:
             if "store" in wanted:
-                inproc = start_server(repo, {})
-                external = {name: start_server(repo, {"RLSERVE_SESSION_STORE": url, "RLSERVE_SESSION_CACHE": mode})
+                inproc = start_rlserve(repo, {})
+                external = {name: start_rlserve(repo, {"RLSERVE_SESSION_STORE": url, "RLSERVE_SESSION_CACHE": mode})
                             for name, url, mode in [("unix validate", unix_url, "validate"),
                                                     ("unix trust", unix_url, "trust"),
                                                     ("tcp validate", tcp_url, "validate")]}
@@ -221,8 +213,8 @@ def main() -> None:
                 servers.clear()
             if "workers" in wanted:
                 store_env = {"RLSERVE_SESSION_STORE": unix_url}
-                one = start_server(repo, store_env)
-                two = start_server(repo, {**store_env, "RLSERVE_WORKERS": "2"})
+                one = start_rlserve(repo, store_env)
+                two = start_rlserve(repo, {**store_env, "RLSERVE_WORKERS": "2"})
                 min_one = start_minimal(work, 1)
                 min_two = start_minimal(work, 2)
                 servers += [one[0], two[0], min_one[0], min_two[0]]
@@ -239,7 +231,7 @@ def main() -> None:
                     stop(proc)
                 servers.clear()
             if "memory" in wanted:
-                proc, port = start_server(repo, {"RLSERVE_SESSION_STORE": unix_url})
+                proc, port = start_rlserve(repo, {"RLSERVE_SESSION_STORE": unix_url})
                 servers.append(proc)
                 size = server_record_size(port, redis_sock)
                 stop(proc)
