@@ -48,6 +48,7 @@ def expected_steps(step: int, rows: Rows) -> int | None:
 def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: KeptAnswer) -> ActResponse:
     """The answer of a step answered before, as the request asks for it now."""
     _, action, logp, value, entropy, dist_inputs = kept.answer
+    raw_action = action
     if unsquash or clip:
         actions: Any = policy.pipeline.action_from_json(action)
         if unsquash:
@@ -63,4 +64,6 @@ def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: 
         response.entropy = entropy
     if "dist_inputs" in step.extras and dist_inputs is not None:
         response.dist_inputs = dist_inputs
+    if "raw_action" in step.extras:
+        response.raw_action = raw_action
     return response

@@ -137,9 +137,9 @@ async def test_a_retried_step_is_answered_again(make_client, redis_server, exter
     _, a = make_client(("lstm",), **settings)
     obs = observations(9, 3)
     first = await step(a, "lstm", "i", obs[0], 0, step=0)
-    second = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value"])
-    assert second.status_code == 200
-    again = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value"])
+    second = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value", "raw_action"])
+    assert second.status_code == 200 and "raw_action" in second.json()
+    again = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value", "raw_action"])
     assert again.json() == second.json() and first.json() != second.json()
     ahead = await step(a, "lstm", "i", obs[2], 2, step=5)
     assert ahead.status_code == 409 and error_of(ahead)["field"] == "step"
