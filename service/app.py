@@ -38,6 +38,8 @@ from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.serving.repository import poll_repository
+from rlserve.service.sessions.redis_store import RedisSessions
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.app")
@@ -66,7 +68,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     metrics = Metrics()
     repository = settings.repository or DEFAULT_MODELS
     if registry is None:
-        registry = ModelRegistry(settings, metrics)
+        registry = ModelRegistry(settings, metrics, _session_store(settings, metrics))
         if settings.repository is not None or not settings.checkpoints:
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
@@ -83,6 +85,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.act_service = service
     app.state.infer_service = infer_service
     app.state.shutting_down = False
+    app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router):
@@ -90,6 +93,17 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _session_store(settings: Settings, metrics: Metrics) -> RedisSessions | None:
+    if settings.session_store is None:
+        if settings.workers > 1:
+            log.warning("%d workers and no RLSERVE_SESSION_STORE: creating sessions is refused (stateless requests "
+                        "work); set RLSERVE_SESSION_STORE=redis://... to share sessions between workers",
+                        settings.workers)
+        return None
+    return RedisSessions(settings.session_store, prefix=settings.session_store_prefix,
+                         timeout_s=settings.session_store_timeout_s, observer=metrics)
 
 
 def _load_models(registry: ModelRegistry, repository: Path, settings: Settings) -> None:
@@ -106,14 +120,23 @@ def _load_models(registry: ModelRegistry, repository: Path, settings: Settings) 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: RLServeApp):
-    sweeper = asyncio.create_task(_sweep_sessions(app))
+    tasks = [asyncio.create_task(_sweep_sessions(app))]
+    settings = app.state.settings
+    if settings.repository_poll_s > 0 and settings.repository is not None:
+        tasks.append(asyncio.create_task(poll_repository(app.state.registry, app.state.repository,
+                                                         settings.repository_poll_s)))
     try:
         yield
     finally:
+        # The server stopped accepting and answered what was in flight; every answered step
+        # was written before its answer (write-through), so nothing is left to persist.
         app.state.shutting_down = True
-        sweeper.cancel()
+        for task in tasks:
+            task.cancel()
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
+        if app.state.registry.store is not None:
+            await app.state.registry.store.close()
 
 
 async def _sweep_sessions(app: RLServeApp) -> None:

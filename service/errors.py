@@ -171,6 +171,18 @@ class NotReady(ServiceError):
     status, code = 503, "not_ready"
 
 
+class SessionsUnavailable(ServiceError):
+    """Sessions cannot be created in this configuration (several workers, no shared store)."""
+
+    status, code = 503, "sessions_unavailable"
+
+
+class StoreUnavailable(ServiceError):
+    """The external session store did not answer; nothing was answered from a guess."""
+
+    status, code = 503, "session_store_unavailable"
+
+
 class InternalError(ServiceError):
     status, code = 500, "internal_error"
 

@@ -1,12 +1,22 @@
-"""``rlserve serve``: run the service with uvicorn (one worker, one event loop)."""
+"""``rlserve serve``: run the service with uvicorn (one event loop per process; ``--workers
+N`` runs N such processes on one port, ``rlserve.service.workers``).
+
+Shutdown: SIGTERM makes /readyz answer 503 at once; after ``RLSERVE_SHUTDOWN_DRAIN_S``
+(default 0) uvicorn stops accepting, answers what is in flight, and the app closes its
+batchers and the session store. A second SIGTERM, or SIGINT, skips the drain.
+"""
 
 from __future__ import annotations
 
 import argparse
 import gc
 import logging
+import signal
+import socket
 import sys
+import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,20 +37,37 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
+    parser.add_argument("--workers", type=int, help="processes serving the port (default 1); sessions then "
+                                                    "need RLSERVE_SESSION_STORE")
     return parser
 
 
 def serve_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
-                                   "log_level": args.log_level, "checkpoints": args.checkpoint}.items()
+                                   "log_level": args.log_level, "checkpoints": args.checkpoint,
+                                   "workers": args.workers}.items()
                  if v is not None}
     try:
         settings = Settings(**overrides)
     except (ValidationError, UnknownSetting) as exc:
         print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    _configure_logging(settings)
+    if settings.workers > 1:
+        from rlserve.service.workers import run_workers
+
+        return run_workers(settings)
+    return serve(settings)
+
+
+def _configure_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
+    """Run one server process (on ``sockets`` when a supervisor bound them) until it stops."""
+    _configure_logging(settings)
     import uvicorn
 
     from rlserve.service.app import create_app
@@ -65,6 +92,36 @@ def serve_main(argv: list[str] | None = None) -> int:
         http = act_protocol_class(app.raw_act) or "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, workers=1, lifespan="on", http=http)
-    server = uvicorn.Server(config)
-    server.run()
+    server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s)
+    if sockets is None:
+        server.run()
+    else:
+        server.run(sockets=sockets)
     return 0
+
+
+def _draining_server(base: type) -> type:
+    class DrainingServer(base):
+        """uvicorn's server, with a drain before its graceful shutdown: on the first SIGTERM
+        /readyz answers 503 (so load balancers stop sending) while requests are still
+        answered for ``drain_s`` seconds; then uvicorn stops accepting and finishes."""
+
+        def __init__(self, config: Any, app: Any, drain_s: float):
+            super().__init__(config)
+            self._app = app
+            self._drain_s = drain_s
+            self._drain_until: float | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            self._app.state.draining = True
+            if sig == signal.SIGTERM and self._drain_s > 0 and self._drain_until is None:
+                self._drain_until = time.monotonic() + self._drain_s
+                return
+            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter: int) -> bool:
+            if self._drain_until is not None and time.monotonic() >= self._drain_until:
+                self.should_exit = True
+            return await super().on_tick(counter)
+
+    return DrainingServer

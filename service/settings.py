@@ -9,6 +9,7 @@ stops the start with the closest setting's name, unless it is one of ``NOT_SETTI
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,8 @@ NOT_SETTINGS = {
 }
 
 RuntimeName = Literal["auto", "onnx", "torchscript"]
+SessionCache = Literal["validate", "trust"]
+_STORE_SCHEMES = ("redis", "rediss", "unix")
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
@@ -68,6 +71,26 @@ class Settings(BaseSettings):
     max_sessions: int = Field(10_000, ge=1)  # per model version; the least recently used goes
     initial_session_slots: int = Field(64, ge=1)
     session_tombstones: int = Field(100_000, ge=0)  # remembered expired ids (410 vs 404)
+    # Where sessions live: None keeps them in this process; redis://host:port/db,
+    # rediss://... or unix:///path/to/redis.sock puts them in Redis or Valkey, shared by
+    # every worker and replica (docs/sessions.md). max_sessions then bounds the copies
+    # each process caches, not the sessions.
+    session_store: str | None = None
+    session_store_prefix: str = Field("rlserve", min_length=1)
+    session_store_timeout_s: float = Field(2.0, gt=0.0)
+    # validate: before each batch one script checks the cached copies are the store's
+    # latest (any replica may step any session); trust: skip that read when the load
+    # balancer routes each session to one replica (a stale copy still fails with 409).
+    session_cache: SessionCache = "validate"
+
+    # Processes serving one port (each loads the models; sessions then need session_store).
+    workers: int = Field(1, ge=1)
+    # On SIGTERM: report not ready (/readyz 503) but keep serving this long, so a load
+    # balancer stops sending, then stop accepting, answer what is in flight, exit.
+    shutdown_drain_s: float = Field(0.0, ge=0.0)
+    # Replicas sharing one repository: look for new bundles this often (0: never) and
+    # write uploaded archives into the repository so the others load them too.
+    repository_poll_s: float = Field(0.0, ge=0.0)
 
     runtime: RuntimeName = "auto"  # auto: the bundle's ONNX file if present, else TorchScript
     intra_op_threads: int = Field(1, ge=0)  # 0 lets ONNX Runtime / torch choose
@@ -101,6 +124,19 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser().resolve()
+
+    @field_validator("session_store")
+    @classmethod
+    def _store_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        scheme = value.partition("://")[0].lower()
+        if "://" not in value or scheme not in _STORE_SCHEMES:
+            raise ValueError(f"a Redis/Valkey URL starting with one of {[s + '://' for s in _STORE_SCHEMES]}, "
+                             "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
+        if importlib.util.find_spec("redis") is None:
+            raise ValueError("an external session store needs its client library: pip install 'rlserve[redis]'")
+        return value
 
     @field_validator("admin_token")
     @classmethod

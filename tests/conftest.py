@@ -26,3 +26,12 @@ def oracle_case(oracle_case_name: str):
     if oracle_case_name.startswith("<no cases"):
         pytest.fail(f"no oracle cases found: set RLSERVE_ORACLE_DIR (looked in {oracle_dirs_text()})")
     return load_case(oracle_case_name)
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory):
+    """A real redis-server of its own for one test (skipped without the binary, failed under CI)."""
+    from redis_server import running_redis
+
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server

@@ -11,6 +11,12 @@ and enter at ``accept_rows``, then ``submit_nowait`` / ``submit`` with their own
 the session binding, validation and batcher are this class's, so a request of any wire
 format can share a batch with any other.
 
+Under an external session store a session this process does not hold makes the lookup
+raise ``SessionMiss``; the request then waits for one read of its sessions from the store
+and is accepted again (``after_loading``; the ``*_nowait`` entries do this in a task, only
+then, through ``accept_later``). Every entry handles it alike: ``act``, ``act_nowait``, and
+the other wire formats' callers of ``accept_rows``, which raises ``SessionMiss`` too.
+
 Nothing mutates session state until every row validated; a request that fails
 validation leaves all sessions as they were. Both the raw ASGI hot path and the
 documented FastAPI route call ``ActService.act``.
@@ -18,6 +24,7 @@ documented FastAPI route call ``ActService.act``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
 from rlserve.service.errors import (
     BadRequest,
@@ -38,9 +46,10 @@ from rlserve.service.serving.batcher import BatchInfo, Job
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
+from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.sessions.store import Session, validate_session_id
 from rlserve.service.step import codec
-from rlserve.service.step.batch import StepOutput
+from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
 
@@ -92,22 +101,32 @@ class _Options:
     clip_actions: bool | None
     debug: bool = False
     epsilon: float | None = None
+    step: int | None = None  # no step index: other formats do not carry one
 
 
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
-Encode = Callable[[Accepted, StepOutput, BatchInfo], Any]
+Encode = Callable[[Accepted, Any, BatchInfo], Any]
 
 
 class ActService:
     def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
         self.registry = registry
         self.metrics = metrics
+        self._loading: set[asyncio.Task] = set()  # *_nowait requests waiting for the store
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
         """Body bytes -> response bytes; raises a ``ServiceError`` for the client."""
         started = time.perf_counter()
         req = decode_request(body)
-        accepted = self._accept(name, version, to_rows(req), req, started)
+        rows = to_rows(req)
+
+        def accept() -> Accepted:
+            return self._accept(name, version, rows, req, started)
+
+        try:
+            accepted = accept()
+        except SessionMiss as miss:
+            accepted = await after_loading(miss, accept)
         output, info = await self.submit(accepted)
         return self._finish(accepted, output, info)
 
@@ -117,7 +136,16 @@ class ActService:
         called on the event loop. For callers that own the connection (the act protocol)."""
         started = time.perf_counter()
         req = decode_request(body)
-        accepted = self._accept(name, version, to_rows(req), req, started)
+        rows = to_rows(req)
+
+        def accept() -> tuple[Accepted, Encode]:
+            return self._accept(name, version, rows, req, started), self._finish
+
+        try:
+            accepted, _ = accept()
+        except SessionMiss as miss:  # rare (a restart, a failover): a task waits for the store
+            self.accept_later(miss, accept, reply)
+            return
         self.submit_nowait(accepted, self._finish, reply)
 
     # ------------------------------------------------------------------ other wire formats
@@ -130,6 +158,23 @@ class ActService:
         session changed) if it is refused."""
         options = _Options(explore, extras, unsquash, clip, epsilon=epsilon)
         return self._accept(name, version, rows, options, time.perf_counter() if started is None else started)
+
+    def accept_later(self, miss: SessionMiss, accept: Callable[[], tuple[Accepted, Encode]], reply: Reply) -> None:
+        """An accept that raised ``SessionMiss`` (``act_nowait``'s, or another format's around
+        ``accept_rows``): a task reads the sessions from the store, calls ``accept()`` again
+        and submits what it accepted with the encoder it returns, as ``submit_nowait`` does;
+        every outcome, refusals included, goes to ``reply``."""
+        task = asyncio.get_running_loop().create_task(self._submit_after(miss, accept, reply))
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
+
+    async def _submit_after(self, miss: SessionMiss, accept: Callable[[], tuple[Accepted, Encode]],
+                            reply: Reply) -> None:
+        try:
+            accepted, encode = await after_loading(miss, accept)
+            self.submit_nowait(accepted, encode, reply)
+        except Exception as exc:  # the client gets an answer whatever went wrong
+            reply(None, as_service_error(exc, log, "act failed"))
 
     def submit_nowait(self, accepted: Accepted, encode: Encode, reply: Reply) -> None:
         """Queue an accepted request; ``reply(encode(accepted, output, info), None)`` or
@@ -181,9 +226,12 @@ class ActService:
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
+        expect_steps = None if options.step is None else replay.expected_steps(options.step, rows)
         step = policy.preparer.prepare(rows, explore=options.explore,
                                        extras=frozenset(options.outputs) if options.outputs else _NO_KEYS,
                                        epsilon=options.epsilon)
+        if options.step is not None:
+            step.keep_answer, step.expect_steps = True, expect_steps
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
@@ -200,8 +248,11 @@ class ActService:
         return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
                         Job(step, step.rows, keys))
 
-    def _finish(self, accepted: Accepted, output: StepOutput, info: BatchInfo) -> bytes:
-        payload = self._response(accepted, output, info)
+    def _finish(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> bytes:
+        if isinstance(output, KeptAnswer):  # a retried step, answered before
+            payload = replay.kept_response(accepted.policy, accepted.step, accepted.unsquash, accepted.clip, output)
+        else:
+            payload = self._response(accepted, output, info)
         self.observe_latency(accepted, "act")
         return _ENCODER.encode(payload)
 
@@ -216,6 +267,8 @@ class ActService:
             policy, session = entry.find_session(validate_session_id(rows.session_ids[0]))
             entry.check_pinned(policy, version, session.id)
             return policy, _Binding([(0, session)], [])
+        if entry.remote is not None:  # all the request's sessions read from the store at once
+            entry.require_held(rows.session_ids)
         binding = _Binding([], [])
         seen: set[str] = set()
         bound: Policy | None = None
@@ -288,7 +341,6 @@ class ActService:
         store = policy.sessions
         for session in sessions:
             if session is not None:
-                session.steps += 1
                 store.touch(session)
                 store.release(session)
 

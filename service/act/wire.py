@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -22,8 +22,12 @@ from rlserve.service.step.rows import Rows
 Extra = Literal["value", "entropy", "dist_inputs", "q_values", "raw_action"]
 
 
+MAX_SEED = (1 << 64) - 1  # a session record keeps its seed as an unsigned 64-bit integer
+
+
 class Seed(int):
-    """A sampler seed: a non-negative integer (numpy's SeedSequence takes those).
+    """A sampler seed: an integer in 0..2**64-1 (numpy's SeedSequence takes any
+    non-negative one; a session record, ``rlserve.service.sessions.record``, keeps 64 bits).
 
     JSON Schema counts ``2.0`` as the integer 2, so the documented ``integer`` takes it too:
     msgspec alone refuses a float for an ``int``, hence this type and ``_dec_hook``. (An int
@@ -43,13 +47,15 @@ def _dec_hook(kind: type, value: Any) -> Any:
         raise TypeError(f"Expected `int | null`, got `{_JSON_TYPES.get(type(value), type(value).__name__)}`")
     if value < 0:
         raise ValueError("Expected `int` >= 0")
+    if value > MAX_SEED:
+        raise ValueError(f"Expected `int` <= {MAX_SEED}")
     return Seed(value)
 
 
 def schema_hook(kind: type) -> dict[str, Any]:
     """The JSON Schema of the custom wire types (for ``msgspec.json.schema_components``)."""
     if kind is Seed:
-        return {"type": "integer", "minimum": 0}
+        return {"type": "integer", "minimum": 0, "maximum": MAX_SEED}
     raise NotImplementedError(kind)
 
 
@@ -79,6 +85,9 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     # rlserve.service.step.windows.
     window: Any = None
     windows: list[Any] | None = None
+    # Single form: the steps this session answered in its episode before this one. A retry
+    # of an answered step then gets the same answer instead of a second step (act/replay.py).
+    step: Annotated[int, msgspec.Meta(ge=0)] | None = None
     explore: bool | None = None
     # Q-policies only: the exploration rate when exploring (default: the model's q_model.epsilon).
     epsilon: float | None = None
@@ -312,9 +321,12 @@ def _no_batch_fields(req: ActRequest) -> None:
 
 def _no_single_fields(req: ActRequest) -> None:
     singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None,
-               "window": None}
+               "window": None, "step": None}
     for name, default in singles.items():
         if getattr(req, name) != default:
+            if name == "step":
+                raise BadRequest("'step' (a retry-safe step index) is only taken with 'observation'", field=name,
+                                 expected="'observation' with 'step'", received="'observations'")
             raise BadRequest(f"'{name}' belongs to the single form; with 'observations' use '{name}s'", field=name,
                              expected=f"'{name}s' with 'observations'", received=f"'{name}'")
     if req.prev_action is not msgspec.UNSET:

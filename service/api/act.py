@@ -48,11 +48,20 @@ def _state_the_forms(schema: dict[str, Any]) -> None:
                                          f"'observations'); with 'observation' use '{column[:-1]}'")
     fields["session_ids"]["description"] += "; each session at most once per request"
     single_defaults = {"session_id": null, "episode_start": {"const": False}, "reward": null,
-                       "action_mask": null, "seed": null, "window": null}
+                       "action_mask": null, "seed": null, "window": null, "step": null}
+    fields["step"]["description"] = ("Single form, with 'session_id': the steps this session answered in its "
+                                     "episode before this one (0 with episode_start); a retry is answered again")
+    with_step = {"required": ["step"], "properties": {"step": {"type": "integer"}}}
     schema["oneOf"] = [
         {"title": "single", "description": "One row: 'observation' and the single-form fields",
          "required": ["observation"], "not": {"required": ["observations"]},
-         "properties": {column: null for column in _COLUMNS}},
+         "properties": {column: null for column in _COLUMNS},
+         # A step index counts a session's steps; an episode start is step 0.
+         "allOf": [{"if": with_step, "then": {"required": ["session_id"],
+                                              "properties": {"session_id": {"type": "string"}}}},
+                   {"if": {"allOf": [with_step, {"required": ["episode_start"],
+                                                 "properties": {"episode_start": {"const": True}}}]},
+                    "then": {"properties": {"step": {"const": 0}}}}]},
         {"title": "batch", "description": "A list of rows: 'observations' and the batch-form fields",
          "required": ["observations"],
          "not": {"anyOf": [{"required": ["observation"]}, {"required": ["prev_action"]}]},

@@ -30,8 +30,10 @@ from rlserve.service.errors import (
     ServiceError,
     Unauthorized,
 )
-from rlserve.service.serving.loading import ARCHIVE_SUFFIX, load_policy
+from rlserve.service.serving.loading import ARCHIVE_SUFFIX, fingerprint
+from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.serving.repository import save_upload
 
 UPLOAD = "uploaded archive"  # how errors name an upload (never by its temporary file)
 
@@ -95,12 +97,12 @@ async def load(request: Request) -> JSONResponse:
     state = request.app.state
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/octet-stream":
-        policy = await _load_upload(request)
+        return await _load_upload(request)
     elif content_type in ("application/json", ""):
         body = validate(LoadFromPath, parse_json(await read_body(request, body_limit(request))))
         path = resolve_in_repository(state.repository, body.path)
         try:
-            policy = await asyncio.to_thread(load_policy, path, state.settings, state.metrics, shown=body.path)
+            policy = await asyncio.to_thread(_registry(request).load_policy, path, shown=body.path)
         except BundleInvalid as exc:
             # Nothing loadable there: the path is what to fix.
             exc.field = exc.field or "path"
@@ -111,15 +113,24 @@ async def load(request: Request) -> JSONResponse:
         raise BadRequest("send JSON {\"path\": ...} or an archive as application/octet-stream",
                          field="Content-Type", expected=["application/json", "application/octet-stream"],
                          received=content_type)
+    await _register(_registry(request), policy)
+    _registry(request).seen[str(path)] = fingerprint(path)  # the repository poll need not try it again
+    return _loaded(policy)
+
+
+async def _register(registry: ModelRegistry, policy: Policy) -> None:
     try:
-        _registry(request).add(policy)  # 409 if that version is loaded; the old one keeps serving
+        registry.add(policy)  # 409 if that version is loaded; the old one keeps serving
     except ServiceError:
         await policy.close()  # never registered: nothing else would delete an upload's files
         raise
+
+
+def _loaded(policy: Policy) -> JSONResponse:
     return JSONResponse(Loaded(name=policy.name, version=policy.version, current=True).model_dump(), status_code=201)
 
 
-async def _load_upload(request: Request):
+async def _load_upload(request: Request) -> JSONResponse:
     state = request.app.state
     limit = state.settings.max_body_bytes
     fd, tmp = tempfile.mkstemp(suffix=ARCHIVE_SUFFIX, prefix="upload-")
@@ -132,13 +143,18 @@ async def _load_upload(request: Request):
         if size == 0:
             raise BadRequest("empty archive upload", field="body")
         # The bundle unpacks into its own temporary directory; the upload file can go.
+        registry = _registry(request)
         try:
-            return await asyncio.to_thread(load_policy, Path(tmp), state.settings, state.metrics, shown=UPLOAD,
-                                           label=f"the {UPLOAD}")
+            policy = await asyncio.to_thread(registry.load_policy, Path(tmp), shown=UPLOAD, label=f"the {UPLOAD}")
         except BundleInvalid as exc:
             # The body is what to fix; ``received`` names the refused member when there is one.
             exc.field = "body"
             raise
+        await _register(registry, policy)
+        if state.settings.repository_poll_s > 0 and state.settings.repository is not None:
+            # Replicas share the repository: the archive goes there so they load it too.
+            await asyncio.to_thread(save_upload, registry, state.repository, Path(tmp), policy)
+        return _loaded(policy)
     finally:
         os.unlink(tmp)
 

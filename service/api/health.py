@@ -16,15 +16,17 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=Readiness,
-            responses={503: {"model": Readiness, "description": "Not ready: no model loaded, or shutting down"}},
-            summary="Ready to serve: at least one model loaded, not shutting down")
+            responses={503: {"model": Readiness,
+                             "description": "Not ready: no model loaded, or draining or shutting down"}},
+            summary="Ready to serve: at least one model loaded, not draining or shutting down")
 async def readyz(request: Request) -> JSONResponse:
     state = request.app.state
     models = {e.name: e.current for e in state.registry.entries.values()}
-    ready = bool(models) and not state.shutting_down
+    stopping = state.shutting_down or state.draining
+    ready = bool(models) and not stopping
     body = {"ready": ready, "models": models, "failed_to_load": state.registry.failures}
     if not ready:
-        reason = "shutting down" if state.shutting_down else "no models loaded"
+        reason = "shutting down" if stopping else "no models loaded"
         body["error"] = {"code": "not_ready", "message": reason, "field": None, "expected": None, "received": None}
     return JSONResponse(body, status_code=200 if ready else 503)
 

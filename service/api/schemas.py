@@ -49,7 +49,7 @@ def _whole(value: Any) -> Any:
 SessionId = Annotated[str, StringConstraints(min_length=1, max_length=128), AfterValidator(_unicode)]
 Version = Annotated[str, AfterValidator(_unicode)]
 BundlePath = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_unicode), AfterValidator(_no_nul)]
-Seed = Annotated[int, Field(ge=0), BeforeValidator(_whole)]
+Seed = Annotated[int, Field(ge=0, le=2**64 - 1), BeforeValidator(_whole)]  # a session record keeps 64 bits
 
 
 class ErrorBody(BaseModel):

@@ -11,6 +11,11 @@ A batch runs inline when small (a thread hop costs more than a small model) and 
 worker thread when large, so the event loop keeps parsing requests meanwhile. If the
 batch function raises, only that batch's jobs fail; the worker keeps going.
 
+Two optional hooks run on the event loop around a batch (an external session store's
+read and write, ``rlserve.service.step.batch.BatchStep.before_batch``/``after_batch``):
+``before(payloads)`` may refuse single jobs before the batch runs, ``after(payloads,
+results)`` may replace results (e.g. with a 409) before any job is answered.
+
 A job is awaited (``submit``) or carries a completion callback (``submit_nowait``): the
 callback runs on the event loop inside the batch's own loop over its jobs, so a caller
 without a task per request (``rlserve.service.act.protocol``) pays no wake-up per request.
@@ -23,12 +28,12 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlserve.service.errors import BatchFailed, NotReady, QueueFull, ServiceError
+from rlserve.service.errors import BatchFailed, NotReady, QueueFull, ServiceError, as_service_error
 
 log = logging.getLogger("rlserve.batcher")
 
@@ -62,6 +67,10 @@ BatchFn = Callable[[list[Any]], Sequence[Any]]  # gets the batch's payloads as a
 # done(result, info, error): exactly one of (result, info) and error is set.
 DoneFn = Callable[[Any, BatchInfo | None, ServiceError | None], None]
 Observer = Callable[[BatchInfo, Sequence[Job]], None]
+# before(payloads) -> per payload None (run it) or the error that refuses it
+BeforeFn = Callable[[list[Any]], Awaitable[Sequence[ServiceError | None]]]
+# after(payloads, results) -> results, one per payload (a ServiceError fails its own job)
+AfterFn = Callable[[list[Any], list[Any]], Awaitable[Sequence[Any]]]
 
 
 class Batcher:
@@ -80,8 +89,12 @@ class Batcher:
         retry_after_s: int = 1,
         observer: Observer | None = None,
         name: str = "",
+        before: BeforeFn | None = None,
+        after: AfterFn | None = None,
     ):
         self._run_batch = run_batch
+        self._before = before
+        self._after = after
         self.max_rows = max_rows
         self.max_delay_s = max_delay_s
         self.queue_limit = queue_limit
@@ -227,25 +240,35 @@ class Batcher:
 
     async def _execute(self, batch: list[Job]) -> None:
         started = time.perf_counter()
-        payloads: list[Any] = []
-        rows = 0
-        for job in batch:
-            job.queue_s = started - job.enqueued
-            payloads.append(job.payload)
-            rows += job.rows
         try:
-            if rows > self.inline_rows:
-                results = await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch, payloads)
-            else:
-                results = self._run_batch(payloads)
+            if self._before is not None:
+                batch = await self._screen(batch)
+                if not batch:
+                    return
+            payloads: list[Any] = []
+            rows = 0
+            for job in batch:
+                job.queue_s = started - job.enqueued
+                payloads.append(job.payload)
+                rows += job.rows
+            try:
+                if rows > self.inline_rows:
+                    results = await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch,
+                                                                               payloads)
+                else:
+                    results = self._run_batch(payloads)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a poisoned batch fails only itself
+                log.exception("batch of %d requests for %s failed", len(batch), self.name)
+                error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
+                results = [error] * len(batch)
+            if self._after is not None:
+                results = await self._finish(payloads, list(results))
         except asyncio.CancelledError:
             for job in batch:
                 self._fail(job, NotReady(f"model {self.name} was unloaded"))
             raise
-        except Exception as exc:  # a poisoned batch fails only itself
-            log.exception("batch of %d requests for %s failed", len(batch), self.name)
-            error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
-            results = [error] * len(batch)
         info = BatchInfo(next(_batch_ids), rows, len(batch), time.perf_counter() - started)
         for job, result in zip(batch, results, strict=True):
             if isinstance(result, ServiceError):
@@ -259,6 +282,34 @@ class Batcher:
                 self._observer(info, batch)
             except Exception:  # metrics must never fail a request
                 log.exception("batch observer failed")
+
+    async def _screen(self, batch: list[Job]) -> list[Job]:
+        """The jobs ``before`` lets run; the others are answered with its refusal."""
+        assert self._before is not None
+        try:
+            refusals = await self._before([job.payload for job in batch])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = as_service_error(exc, log, f"batcher {self.name}: the before-batch hook failed")
+            refusals = [error] * len(batch)
+        kept = []
+        for job, refusal in zip(batch, refusals, strict=True):
+            if refusal is None:
+                kept.append(job)
+            else:
+                self._fail(job, refusal)
+        return kept
+
+    async def _finish(self, payloads: list[Any], results: list[Any]) -> list[Any]:
+        assert self._after is not None
+        try:
+            return list(await self._after(payloads, results))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = as_service_error(exc, log, f"batcher {self.name}: the after-batch hook failed")
+            return [error] * len(results)
 
     def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:

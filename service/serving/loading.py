@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from rlserve.models.export.bundle import (
     verify_reference,
 )
 from rlserve.models.export.errors import ArchiveLimitError
+from rlserve.models.interface import ModelSignature
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.batcher import Batcher
 from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
@@ -24,7 +26,9 @@ from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.runtime import choose_kind, open_runtime
-from rlserve.service.sessions.store import SessionStore
+from rlserve.service.sessions.base import SessionStore
+from rlserve.service.sessions.redis_store import CachedSessionStore, RedisSessions
+from rlserve.service.sessions.store import SessionStore as InProcessStore
 from rlserve.service.settings import Settings
 from rlserve.service.step.batch import BatchStep
 from rlserve.service.step.prepare import Preparer
@@ -32,8 +36,9 @@ from rlserve.service.step.windows import WindowLayout
 
 
 def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None, *,
-                 shown: str | None = None) -> Policy:
+                 shown: str | None = None, store: RedisSessions | None = None) -> Policy:
     """A ready-to-serve ``Policy`` for ``bundle``; raises ``BundleInvalid`` if unusable.
+    Its sessions live in ``store`` when given (Redis/Valkey), else in this process.
 
     ``shown`` is how errors name the bundle (its path relative to the repository, or the
     upload); the runtime's own messages have the bundle's directory replaced by it.
@@ -58,11 +63,7 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
         detail = str(exc).replace(f"{bundle.root}{os.sep}", "").replace(str(bundle.root), shown)
         raise BundleInvalid(f"{what} cannot be served: {detail}", received=shown) from exc
     explore = manifest.explore if settings.default_explore is None else settings.default_explore
-    sessions = SessionStore(
-        manifest.signature, version=manifest.version, max_sessions=settings.max_sessions,
-        idle_ttl_s=settings.session_idle_ttl_s, initial_slots=settings.initial_session_slots,
-        tombstones=settings.session_tombstones,
-    )
+    sessions = _session_store(manifest.signature, manifest.name, manifest.version, settings, store)
     obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
     preparer = Preparer(pipeline, obs_dtype, default_explore=explore,
                         window_layout=WindowLayout.from_signature(manifest.signature))
@@ -74,12 +75,32 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
         queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
         retry_after_s=settings.retry_after_s, name=policy.key,
         observer=metrics.batch_observer(manifest.name) if metrics is not None else None,
+        # An external store reads before and writes after each batch; in-process, nothing waits.
+        before=step.before_batch if sessions.durable else None,
+        after=step.after_batch if sessions.durable else None,
     )
     return policy
 
 
+def _session_store(signature: ModelSignature, name: str, version: str, settings: Settings,
+                   store: RedisSessions | None) -> SessionStore:
+    common: dict[str, Any] = dict(version=version, max_sessions=settings.max_sessions,
+                                  idle_ttl_s=settings.session_idle_ttl_s, initial_slots=settings.initial_session_slots,
+                                  tombstones=settings.session_tombstones)
+    if store is not None:
+        return CachedSessionStore(signature, remote=store.for_model(name),
+                                  trust_cache=settings.session_cache == "trust", **common)
+    refusal = None
+    if settings.workers > 1:
+        refusal = (f"sessions need a store shared by the {settings.workers} worker processes: set "
+                   "RLSERVE_SESSION_STORE=redis://host:6379/0 (or unix:///path/to/redis.sock); stateless "
+                   "requests (no session_id) work as they are")
+    return InProcessStore(signature, refusal=refusal, **common)
+
+
 def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, *,
-                shown: str | None = None, label: str | None = None, name: str | None = None) -> Policy:
+                shown: str | None = None, label: str | None = None, name: str | None = None,
+                store: RedisSessions | None = None) -> Policy:
     """Load the bundle directory or archive at ``path``, or export the RLlib checkpoint
     directory there (its model named ``name``, default the directory's), and build its policy.
 
@@ -94,7 +115,7 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
     if is_checkpoint(path):
         bundle = bundle_from_checkpoint(path, name)
         try:
-            return build_policy(bundle, settings, metrics, shown=shown)
+            return build_policy(bundle, settings, metrics, shown=shown, store=store)
         except BaseException:
             bundle.close()
             raise
@@ -113,7 +134,7 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
         raise BundleInvalid(f"cannot load {label}: {_hide(_reason(exc), path, shown)}",
                             received=member or shown) from exc
     try:
-        return build_policy(bundle, settings, metrics, shown=shown)
+        return build_policy(bundle, settings, metrics, shown=shown, store=store)
     except BaseException:
         bundle.close()
         raise
@@ -154,3 +175,14 @@ def discover_bundles(root: Path) -> list[Path]:
     if root.is_dir():
         walk(root, 1)
     return found
+
+
+def fingerprint(path: Path) -> float:
+    """Changes when a bundle's files change (the latest mtime of it and its entries)."""
+    try:
+        stamps = [path.stat().st_mtime]
+        if path.is_dir():
+            stamps += [entry.stat().st_mtime for entry in path.iterdir()]
+        return max(stamps)
+    except OSError:
+        return -1.0

@@ -19,6 +19,7 @@ from rlserve.service.serving.batcher import BatchInfo, Job
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.5, 2.0)
 
 SessionCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (model, version, active)
 
@@ -114,6 +115,19 @@ class Metrics:
             ["code", "status"], registry=self.registry)
         self.observations = Counter(
             "rlserve_observations_total", "Observations acted on", ["model"], registry=self.registry)
+        # The external session store (rlserve.service.sessions.redis_store reports these).
+        self.store_latency = self._histogram(
+            "rlserve_session_store_seconds", "Round trips to the external session store, by operation "
+            "(validate and commit: one per batch; load: one per request that missed)", ["op"], STORE_BUCKETS)
+        self.session_cache_total = Counter(
+            "rlserve_session_cache_total", "Session steps served from this process's copy (hit) or read "
+            "from the external store first (miss: a restart, a failover, another replica stepped it)",
+            ["result"], registry=self.registry)
+        self.session_conflicts_total = Counter(
+            "rlserve_session_conflicts_total", "Requests refused with 409 because their sessions changed "
+            "elsewhere while they ran (the compare-and-set write lost)", registry=self.registry)
+        self._cache_hit = self.session_cache_total.labels("hit")
+        self._cache_miss = self.session_cache_total.labels("miss")
         self._route_children: dict[tuple[str, str], _Child] = {}
         self._session_counts: SessionCounts = lambda: ()
         self.registry.register(_SessionCollector(lambda: self._session_counts()))
@@ -149,6 +163,18 @@ class Metrics:
             queue.observe_many([job.queue_s for job in jobs])
 
         return observe
+
+    def store_call(self, op: str, seconds: float) -> None:
+        self.store_latency.labels(op).observe(seconds)
+
+    def session_cache(self, hits: int, misses: int) -> None:
+        if hits:
+            self._cache_hit.inc(hits)
+        if misses:
+            self._cache_miss.inc(misses)
+
+    def session_conflicts(self, count: int) -> None:
+        self.session_conflicts_total.inc(count)
 
     def error(self, code: str, status: int) -> None:
         self.errors.labels(code, str(status)).inc()

@@ -123,6 +123,30 @@ class SessionSlabs:
             self.prev_rewards[slots] = _push(self.prev_rewards[slots], 0.0)
 
 
+    # ------------------------------------------------------------------ whole rows (the external store)
+
+    def rows(self, slots: np.ndarray) -> list[np.ndarray]:
+        """Everything a session holds, for rows ``slots`` (K,): each state slab's rows, then the
+        previous-action window (K, n, A) and reward window (K, n) when the model uses them.
+        The order is ``rlserve.service.sessions.record.SessionLayout``'s."""
+        rows = [slab[slots] for slab in self.state]
+        if self.prev_actions is not None:
+            rows.append(self.prev_actions[slots])
+        if self.prev_rewards is not None:
+            rows.append(self.prev_rewards[slots])
+        return rows
+
+    def put_rows(self, slots: np.ndarray, rows: list[np.ndarray]) -> None:
+        """Overwrite rows ``slots`` (K,) with arrays in the order of ``rows``."""
+        targets = [*self.state]
+        if self.prev_actions is not None:
+            targets.append(self.prev_actions)
+        if self.prev_rewards is not None:
+            targets.append(self.prev_rewards)
+        for target, values in zip(targets, rows, strict=True):
+            target[slots] = values
+
+
 def _push(window: np.ndarray, newest: np.ndarray | float) -> np.ndarray:
     """Drop the oldest entry of each row's window (axis 1) and append ``newest``."""
     out = np.empty_like(window)

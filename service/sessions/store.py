@@ -23,9 +23,17 @@ from rlserve.models.interface import ModelSignature
 from rlserve.service.errors import (
     BadRequest,
     QueueFull,
+    ServiceError,
     SessionConflict,
     SessionExpired,
     SessionNotFound,
+    SessionsUnavailable,
+)
+from rlserve.service.sessions.record import (
+    RecordError,
+    SessionLayout,
+    SessionRecord,
+    encode_sessions,
 )
 from rlserve.service.sessions.slabs import STATELESS_SLOT, SessionSlabs
 
@@ -44,10 +52,28 @@ class Session:
     inflight: int = 0  # requests accepted but not answered; such a session is never evicted
     ended: bool = False
     version: str = field(default="")
+    # The last answer, kept when its request carried a step index so that a retry of that
+    # step is answered again instead of applied twice (msgpack; see ``step.batch``).
+    answer: bytes | None = None
+    # The external store's bookkeeping (``rlserve.service.sessions.redis_store``): the
+    # compare-and-set word of the copy held here, whether the store has a record at all,
+    # a restart applied here but not yet written (0 none, 1 keeping the generator,
+    # 2 reseeded), and whether the copy was read from the store for the request now queued.
+    revision: int = 0
+    persisted: bool = False
+    restarting: int = 0
+    fresh: bool = False
 
 
 class SessionStore:
     """Sessions of one model version, with LRU eviction and idle expiry."""
+
+    # Whether every step must be validated and committed around its batch (``validate``,
+    # ``commit``); this store keeps everything in memory, so nothing is.
+    durable = False
+    # An idle session that expires or is evicted is gone for good here, so its id is
+    # remembered (410); a cache over an external store only forgets its copy.
+    remembers_idle = True
 
     def __init__(
         self,
@@ -59,13 +85,18 @@ class SessionStore:
         initial_slots: int = 64,
         tombstones: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
+        refusal: str | None = None,
     ):
+        self.signature = signature
         self.version = version
+        # Why sessions cannot be created here (e.g. several workers without a shared store).
+        self.refusal = refusal
         self.max_sessions = int(max_sessions)
         self.idle_ttl_s = float(idle_ttl_s)
         self.clock = clock
         # +1: slot 0 is the read-only initial row for stateless requests.
         self.slabs = SessionSlabs(signature, initial_slots + 1, self.max_sessions + 1)
+        self.layout = SessionLayout(signature)  # a session as bytes (export, import, external stores)
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._free: list[int] = []
         self._next_slot = STATELESS_SLOT + 1
@@ -129,6 +160,8 @@ class SessionStore:
 
     def create(self, session_id: str | None = None, seed: int | None = None) -> Session:
         """A new session; 409 if ``session_id`` is live. Evicts the LRU idle one at the cap."""
+        if self.refusal is not None:
+            raise SessionsUnavailable(self.refusal, field="session_id", received=session_id)
         session_id = validate_session_id(session_id) if session_id is not None else uuid.uuid4().hex
         if session_id in self._sessions:
             raise SessionConflict(
@@ -154,6 +187,8 @@ class SessionStore:
     def restart(self, session: Session, seed: int | None) -> None:
         """A new episode in an existing session: reseed (the step itself resets the slot)."""
         session.steps = 0
+        session.answer = None
+        session.restarting = 1 if seed is None else 2
         if seed is not None:
             session.seed, session.rng = seed, _rng(seed)
 
@@ -182,7 +217,7 @@ class SessionStore:
             if not session.inflight:
                 stale.append(session)
         for session in stale:
-            self._drop(session, "expired after being idle")
+            self._drop(session, "expired after being idle", tombstone=self.remembers_idle)
         self.expired_total += len(stale)
         return len(stale)
 
@@ -218,6 +253,75 @@ class SessionStore:
         with self.slabs.lock:
             self.slabs.scatter(slots[live], [s[live] for s in state_out], None if actions is None else actions[live])
 
+    # ------------------------------------------------------------------ lifecycle (the API)
+    # Async because an external store answers them over the network; here nothing waits.
+
+    async def open_session(self, session_id: str | None, seed: int | None) -> Session:
+        return self.create(session_id, seed)
+
+    async def end_session(self, session: Session) -> None:
+        self._drop(session, "ended by the client")
+
+    async def export_session(self, session: Session) -> bytes:
+        """``session`` as a record (``rlserve.service.sessions.record``)."""
+        with self.slabs.lock:
+            rows = self.slabs.rows(np.array([session.slot]))
+        return encode_sessions(self.layout, self.version, [session], [session.revision], rows, self.clock())[0]
+
+    async def import_session(self, session_id: str, record: SessionRecord) -> Session:
+        """Hold ``record`` as session ``session_id`` (replacing an idle one of that id)."""
+        return self._replace(session_id, record)
+
+    def adopt(self, session_id: str, data: bytes) -> Session:
+        """Hold the record ``data`` of this version as ``session_id`` (``RecordError`` if it does not fit)."""
+        record = self.layout.decode(data)
+        if record.version != self.version:
+            raise RecordError(f"the record is bound to version {record.version!r}, not {self.version!r}")
+        return self._replace(session_id, record)
+
+    def _replace(self, session_id: str, record: SessionRecord) -> Session:
+        if self.refusal is not None:
+            raise SessionsUnavailable(self.refusal, field="session_id", received=session_id)
+        session_id = validate_session_id(session_id)
+        old = self._sessions.get(session_id)
+        if old is not None:
+            if old.inflight:
+                raise SessionConflict(f"session {session_id!r} has a request in flight; retry when it is answered",
+                                      field="session_id", received=session_id)
+            self._drop(old, "", tombstone=False)
+        self.expire_idle()
+        if len(self._sessions) >= self.max_sessions:
+            self._evict_one()
+        slot = self._take_slot()
+        with self.slabs.lock:
+            self.slabs.put_rows(np.array([slot]), [row[None] for row in record.rows])
+        now = self.clock()
+        session = Session(session_id, slot, record.seed, record.rng,
+                          created=now - max(0.0, time.time() - record.created),
+                          last_used=now, steps=record.steps, version=self.version, answer=record.answer)
+        self._sessions[session_id] = session
+        self._tombstones.pop(session_id, None)
+        return session
+
+    # ------------------------------------------------------------------ around a batch
+
+    async def validate(self, groups: list[list[Session]]) -> list[ServiceError | None]:
+        """Nothing to check: this process holds the only copy (see ``durable``)."""
+        return [None] * len(groups)
+
+    async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:
+        """Nothing to write: the batch already updated the slabs (see ``durable``)."""
+        return [None] * len(groups)
+
+    def discard(self, sessions: list[Session]) -> None:
+        """A batch failed: the in-process copy is the only one and stays as the batch left it."""
+
+    def forget(self, session: Session) -> None:
+        """Let go of ``session`` without a tombstone (it lives on elsewhere: another version
+        took its id, or the external store holds it)."""
+        if self._sessions.get(session.id) is session:
+            self._drop(session, "", tombstone=False)
+
     def clear(self) -> None:
         for session in list(self._sessions.values()):
             self._drop(session, "its model version was unloaded")
@@ -235,7 +339,7 @@ class SessionStore:
     def _evict_one(self) -> None:
         for session in self._sessions.values():
             if not session.inflight:
-                self._drop(session, "evicted: the server's session limit was reached")
+                self._drop(session, "evicted: the server's session limit was reached", tombstone=self.remembers_idle)
                 self.evicted_total += 1
                 return
         raise QueueFull(

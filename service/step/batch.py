@@ -1,10 +1,14 @@
 """The batch step: many validated ``Step``s through the model as one batch.
 
     gather session rows ─► one runtime call ─► masks ─► distribution (sample or mode,
-    logp, entropy) ─► scatter new session state ─► encode the batch once
+    logp, entropy) ─► scatter new session state ─► encode the batch once ─► advance the
+    sessions (step count, kept answers)
 
 ``BatchStep.run`` is the batch function handed to the ``Batcher``. It runs inline or in
-the batcher's thread, never concurrently with itself for one model version.
+the batcher's thread, never concurrently with itself for one model version. With an
+external session store the batcher also awaits ``before_batch`` (the store brings the
+copies held here up to date) and ``after_batch`` (it writes what the batch did, before
+any answer goes out).
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
+from rlserve.service.errors import ServiceError, SessionConflict
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
+from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import floats_json
 from rlserve.service.step.prepare import Step
@@ -74,7 +81,29 @@ class BatchStep:
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         self.stateful = signature.is_recurrent or signature.uses_prev_actions or signature.uses_prev_rewards
 
-    def run(self, steps: list[Step]) -> list[StepOutput]:
+    def run(self, steps: list[Step]) -> list[Any]:
+        """One result per step: its ``StepOutput``; for a step index that does not fit the
+        session, the kept answer (``KeptAnswer``) or a 409."""
+        for step in steps:
+            if step.expect_steps is not None:
+                return self._run_indexed(steps)
+        return self._run(steps)
+
+    def _run_indexed(self, steps: list[Step]) -> list[Any]:
+        results: list[Any] = [None] * len(steps)
+        todo: list[int] = []
+        for index, step in enumerate(steps):
+            verdict = None if step.expect_steps is None else _check_index(step)
+            if verdict is None:
+                todo.append(index)
+            else:
+                results[index] = verdict
+        if todo:
+            for index, output in zip(todo, self._run([steps[i] for i in todo]), strict=True):
+                results[index] = output
+        return results
+
+    def _run(self, steps: list[Step]) -> list[StepOutput]:
         inputs = {"obs": self._batch_obs(steps)}
         if self.stateful:
             slots = self._slots(steps)
@@ -85,7 +114,48 @@ class BatchStep:
         actions, logp, entropy = self._act(steps, dist_inputs)
         if self.stateful:
             self._scatter(outputs, slots, actions)
-        return self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+        results = self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+        self._advance(steps, results)
+        return results
+
+    @staticmethod
+    def _advance(steps: list[Step], results: list[StepOutput]) -> None:
+        """Count the step in every session row; keep the answer where the request asked
+        (a retry of that step is then answered from it, see ``pack_answer``)."""
+        for step, result in zip(steps, results, strict=True):
+            if not step.has_sessions:
+                continue
+            for offset, session in enumerate(step.sessions):
+                if session is not None:
+                    session.answer = (pack_answer(session.steps, result, offset, step.extras)
+                                      if step.keep_answer else None)
+                    session.steps += 1
+
+    # ------------------------------------------------------------------ an external store
+
+    async def before_batch(self, steps: list[Step]) -> list[ServiceError | None]:
+        """The store checks the copies of the batch's sessions (per request: None or why not)."""
+        errors = await self.sessions.validate([_session_group(step) for step in steps])
+        for step, error in zip(steps, errors, strict=True):
+            if error is None and step.has_sessions:
+                # A refreshed copy may hold another generator object (or none).
+                step.rngs = [None if s is None else s.rng for s in step.sessions]
+        return errors
+
+    async def after_batch(self, steps: list[Step], results: list[Any]) -> list[Any]:
+        """The store writes the sessions of every answered request; a request whose
+        sessions changed elsewhere meanwhile gets the store's 409 instead of its answer."""
+        groups: list[list[Any]] = []
+        for step, result in zip(steps, results, strict=True):
+            group = _session_group(step)
+            if isinstance(result, ServiceError):
+                self.sessions.discard(group)  # the batch may have moved them: read them again next time
+                group = []
+            elif isinstance(result, KeptAnswer):
+                group = []  # answered again; nothing moved
+            groups.append(group)
+        errors = await self.sessions.commit(groups)
+        return [result if error is None else error for result, error in zip(results, errors, strict=True)]
 
     def _batch_obs(self, steps: list[Step]) -> np.ndarray:
         rows = [s.obs_row for s in steps]
@@ -201,6 +271,56 @@ class BatchStep:
             results.append(StepOutput(batch, start, stop))
             start = stop
         return results
+
+
+@dataclass(slots=True)
+class KeptAnswer:
+    """A retried step's kept answer, sent again; the session did not move."""
+
+    session: Session
+    answer: list[Any]  # as ``pack_answer`` wrote it
+
+
+_KEPT = msgspec.msgpack.Decoder(list)
+
+
+def _check_index(step: Step) -> KeptAnswer | ServiceError | None:
+    """None: the session has answered exactly ``expect_steps`` steps, run it. The kept
+    answer when this step was answered already; else 409 naming both counts. Checked
+    here, when the batch runs, because only now is the copy of the session the latest
+    (an external store's ``validate`` ran) and earlier steps of a pipelining client done."""
+    session = step.sessions[0]
+    expected = step.expect_steps
+    assert session is not None and expected is not None  # set only for a single session row
+    if session.steps == expected:
+        return None
+    if session.steps == expected + 1 and session.answer is not None:
+        answer = _KEPT.decode(session.answer)
+        if answer[0] == expected:
+            return KeptAnswer(session, answer)
+    return SessionConflict(
+        f"session {session.id!r} has answered {session.steps} steps of this episode; this request says it is step "
+        f"{expected}", field="step", expected=session.steps, received=expected)
+
+
+def _session_group(step: Step) -> list[Any]:
+    return [s for s in step.sessions if s is not None] if step.has_sessions else []
+
+
+_ANSWERS = msgspec.msgpack.Encoder()
+
+
+def pack_answer(step_index: int, result: StepOutput, offset: int, extras: frozenset[str]) -> bytes:
+    """One row's answer, kept for a retry: [step index, action, logp, value, entropy,
+    dist_inputs] (the JSON values the response was built from; None where not computed
+    or not asked for)."""
+    batch, row = result.batch, result.start + offset
+
+    def pick(values: list[Any] | None, name: str | None = None) -> Any:
+        return None if values is None or (name is not None and name not in extras) else values[row]
+
+    return _ANSWERS.encode([step_index, batch.actions_json[row], pick(batch.logp), pick(batch.value, "value"),
+                            pick(batch.entropy, "entropy"), pick(batch.dist_inputs, "dist_inputs")])
 
 
 def _optional(fn):

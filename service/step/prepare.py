@@ -47,6 +47,8 @@ class Step:
     windows: list[dict[str, np.ndarray] | None] | None = None  # sent trajectory windows, per row
     has_sessions: bool = False
     epsilon: float | None = None  # a Q-policy's exploration rate for this request (None: the model's)
+    keep_answer: bool = False  # the request carried a step index: its sessions keep this answer
+    expect_steps: int | None = None  # that index (not at an episode start): checked when the batch runs
 
     rows: int = 0  # n, set from obs
     obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch

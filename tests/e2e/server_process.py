@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -87,3 +88,69 @@ def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = Non
             proc.kill()
             proc.wait()
         log.close()
+
+
+class ServerProcess:
+    """A `rlserve serve` process the test can kill and start again on the same port
+    (for crash, restart and replica tests; ``running_server`` covers the simple case)."""
+
+    def __init__(self, env: Mapping[str, str], args: Sequence[str] = (), port: int | None = None):
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
+        self.env["PYTHONPATH"] = str(REPO) + os.pathsep + self.env.get("PYTHONPATH", "")
+        self.env.setdefault("RLSERVE_LOG_LEVEL", "warning")
+        self.env.update(env)
+        self.port = port or free_port()
+        self.env["RLSERVE_PORT"] = str(self.port)
+        self.args = list(args)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log: IO[bytes] | None = None
+
+    def start(self, wait: bool = True) -> ServerProcess:
+        self.log = tempfile.TemporaryFile()
+        # Its own process group: kill() and stop() reach its workers too (``--workers``).
+        self.proc = subprocess.Popen([*rlserve_command(), "serve", *self.args], cwd=REPO, env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
+        wait_ready(self.url, self.proc, log=self.log)
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the server: no shutdown of any kind, as an
+        out-of-memory kill or the loss of its node."""
+        assert self.proc is not None
+        self._kill_group()
+        self.proc.wait()
+
+    def _kill_group(self) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM and wait for the graceful shutdown; returns the exit code."""
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def output(self) -> str:
+        return _tail(self.log)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self._kill_group()  # workers too, even when the supervisor already exited
+            self.proc.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None

@@ -175,7 +175,7 @@ def test_load_errors_name_no_server_path(setup) -> None:
 
 @pytest.mark.parametrize(("variable", "says"), [
     ("RLSERVE_MAX_BATCH_SIZ", "did you mean RLSERVE_MAX_BATCH_SIZE?"),
-    ("RLSERVE_WORKERS", "no setting has a similar name"),
+    ("RLSERVE_REPLICAS", "no setting has a similar name"),
 ])
 def test_a_misspelt_setting_stops_serve_with_status_2_and_the_suggestion(variable: str, says: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RLSERVE_")}

@@ -88,10 +88,10 @@ def test_an_unknown_rlserve_variable_fails_naming_the_closest_setting(monkeypatc
     with pytest.raises(UnknownSetting, match="did you mean RLSERVE_PORT[?]"):
         Settings()
     monkeypatch.delenv("rlserve_prot")
-    monkeypatch.setenv("RLSERVE_WORKERS", "2")
+    monkeypatch.setenv("RLSERVE_REPLICAS", "2")  # replicas are separate servers, not a setting
     with pytest.raises(UnknownSetting, match="no setting has a similar name; the settings are .*RLSERVE_PORT"):
         Settings()
-    monkeypatch.delenv("RLSERVE_WORKERS")
+    monkeypatch.delenv("RLSERVE_REPLICAS")
     for name in NOT_SETTINGS:  # the project's other tools read these: not typos
         monkeypatch.setenv(name, "x")
     monkeypatch.setenv("RLSERVE_MAX_UNPACKED_BYTES", "4096")

@@ -8,7 +8,8 @@ from pathlib import Path
 from rlserve.service.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore"}  # "embedded defaults", "unset", "per bundle"
+# "embedded defaults", "unset", "per bundle", "unset"
+DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store"}
 
 
 def _table() -> dict[str, str]:

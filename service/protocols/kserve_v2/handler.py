@@ -8,6 +8,11 @@
 Everything up to ``accept_rows`` raises before any session changed. The batch, sessions,
 runtime and validation after the tensors are the JSON API's own (``ActService``), so a
 protocol request and a JSON request can share one batch.
+
+Under an external session store a sequence this process does not hold (after a restart,
+or stepped by another replica) makes the lookup raise ``SessionMiss``; the request is then
+read from the store and accepted again, from its bytes, exactly as the JSON API's act does
+(``after_loading``; ``infer_nowait`` does it in a task through ``ActService.accept_later``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from rlserve.service.act.use_case import Accepted, ActService
+from rlserve.service.act.use_case import Accepted, ActService, Encode
 from rlserve.service.errors import BadRequest, ServiceError
 from rlserve.service.protocols.kserve_v2.layout import (
     EXTRAS,
@@ -40,6 +45,7 @@ from rlserve.service.protocols.kserve_v2.tensors import read_input
 from rlserve.service.protocols.kserve_v2.wire import InferRequest
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
+from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.step import columns
 from rlserve.service.step.rows import Rows
 
@@ -53,18 +59,38 @@ class InferService:
 
     def infer_nowait(self, name: str, version: str | None, header_length: str | None, body: bytes,
                      reply: Callable[[Answer | None, ServiceError | None], None]) -> None:
-        """Refusals raise here, at once; the answer (or a batch's error) goes to ``reply``."""
-        accepted, call = self._accept(name, version, header_length, body)
-        self.act.submit_nowait(accepted, call.encode, reply)
+        """Refusals raise here, at once; the answer (or a batch's error) goes to ``reply``
+        (refusals too, when the sequence had to be read from the external store first)."""
+        started = time.perf_counter()
+
+        def accept() -> tuple[Accepted, Encode]:
+            accepted, call = self._accept(name, version, header_length, body, started)
+            return accepted, call.encode
+
+        try:
+            accepted, encode = accept()
+        except SessionMiss as miss:  # rare (a restart, a failover): a task waits for the store
+            self.act.accept_later(miss, accept, reply)
+            return
+        self.act.submit_nowait(accepted, encode, reply)
 
     async def infer(self, name: str, version: str | None, header_length: str | None, body: bytes) -> Answer:
-        accepted, call = self._accept(name, version, header_length, body)
+        started = time.perf_counter()
+
+        def accept() -> tuple[Accepted, Answerer]:
+            return self._accept(name, version, header_length, body, started)
+
+        try:
+            accepted, call = accept()
+        except SessionMiss as miss:
+            accepted, call = await after_loading(miss, accept)
         output, info = await self.act.submit(accepted)
         return call.encode(accepted, output, info)
 
-    def _accept(self, name: str, version: str | None, header_length: str | None,
-                body: bytes) -> tuple[Accepted, Answerer]:
-        started = time.perf_counter()
+    def _accept(self, name: str, version: str | None, header_length: str | None, body: bytes,
+                started: float) -> tuple[Accepted, Answerer]:
+        """Decode and accept the request; raises (``SessionMiss`` included) before any
+        session changed, so it can be called again from the same bytes."""
         header, binary = split_body(body, header_length)
         req = decode_request(header)
         entry = self.registry.entry(name)

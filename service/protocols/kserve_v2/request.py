@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.errors import BadRequest
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
 
@@ -99,9 +100,9 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
         options.epsilon = _epsilon(parameters["epsilon"])
     seed = parameters.get("seed")
     if seed is not None:
-        if type(seed) is not int or seed < 0:
-            raise BadRequest("parameters.seed must be a non-negative integer", field="parameters.seed",
-                             expected="an integer >= 0", received=seed)
+        if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+            raise BadRequest("parameters.seed must be an integer in 0..2**64-1", field="parameters.seed",
+                             expected=f"an integer in 0..{MAX_SEED}", received=seed)
         if not options.start:
             raise BadRequest("parameters.seed seeds a sequence's sampler when it starts; send it with "
                              "sequence_id and sequence_start=true", field="parameters.seed",

@@ -1,0 +1,456 @@
+"""The external session store: Redis or Valkey, with this process's slabs as its cache.
+
+Every replica (or worker) that shares one Redis and one model repository can serve every
+session. One key per session holds its record (``rlserve.service.sessions.record``) with
+the idle deadline as the key's TTL; an ended session leaves a small tombstone key so its
+id answers 410. Per batch of a model version the store is touched at most twice, each a
+single Lua script over all the batch's sessions, never a call per session:
+
+- ``validate`` (before the runtime call): for each session held here, "is your revision
+  still the one I hold?"; the store answers 0 or the newer record, which replaces the
+  copy held here (another replica stepped the session since). With
+  ``RLSERVE_SESSION_CACHE=trust`` this read is skipped (the load balancer routes each
+  session to one replica; a stale copy is still caught by the write).
+- ``commit`` (after it, before any answer is sent): each request's sessions are written
+  only if the store still holds the revisions they were computed from (compare-and-set,
+  all of one request or none of it). A request that lost answers 409 and its sessions'
+  copies are dropped here, so two replicas stepping one session can never fork it.
+
+A session not held here (after a restart, a failover, a rebalance) is read by the
+registry with one ``MGET`` for all the ids of a request (``ModelSessions.fetch``) and
+adopted into the cache. Expiry and eviction only forget the copy held here: the TTL in
+the store decides when a session is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+import time
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlserve.service.errors import (
+    ServiceError,
+    SessionConflict,
+    SessionExpired,
+    StoreUnavailable,
+)
+from rlserve.service.sessions.record import (
+    RecordError,
+    SessionRecord,
+    encode_sessions,
+    revision_bytes,
+)
+from rlserve.service.sessions.store import Session, SessionStore
+
+log = logging.getLogger("rlserve.sessions.redis")
+
+# Both scripts take their small per-session values packed into one argument each
+# (fixed-width fields read with string.sub and struct.unpack) rather than one argument per
+# value: the client's cost of a command grows with its argument count. The records of a
+# commit stay one argument each (cutting them out of one long string costs the script more).
+
+# KEYS: the batch's session keys, grouped by request. ARGV[1]: the TTL in ms; ARGV[2]: each
+# group's size (u32 LE); ARGV[3]: per key the 8-byte revision it must hold; ARGV[4]: per key
+# "1" when it must hold no record yet (a session new to the store), else "0"; ARGV[4 + i]:
+# the new record of KEYS[i]. A group (one request's sessions) is written only when every
+# key of it matches. Returns the (1-based) numbers of the groups that were not written.
+COMMIT_LUA = """
+local ttl, sizes, expected, absent = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lost = {}
+local last = 0
+for g = 1, #sizes / 4 do
+  local first = last + 1
+  last = last + struct.unpack('<I4', sizes, 4 * g - 3)
+  local ok = true
+  for i = first, last do
+    local want = ''
+    if string.byte(absent, i) == 48 then
+      want = string.sub(expected, 8 * i - 7, 8 * i)
+    end
+    if redis.call('GETRANGE', KEYS[i], 0, 7) ~= want then
+      ok = false
+      break
+    end
+  end
+  if ok then
+    for i = first, last do
+      redis.call('SET', KEYS[i], ARGV[4 + i], 'PX', ttl)
+    end
+  else
+    lost[#lost + 1] = g
+  end
+end
+return lost
+"""
+
+# KEYS: sessions held by the caller; ARGV[1]: the 8-byte revision it holds of each, one
+# after the other. Returns per key 0 when the store holds that revision, else the store's
+# record ("" when it has none).
+VALIDATE_LUA = """
+local held = ARGV[1]
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GETRANGE', KEYS[i], 0, 7) == string.sub(held, 8 * i - 7, 8 * i) then
+    out[i] = 0
+  else
+    out[i] = redis.call('GET', KEYS[i]) or ''
+  end
+end
+return out
+"""
+
+
+class StoreObserver(Protocol):
+    """What the store reports (``rlserve.service.serving.metrics.Metrics`` implements it)."""
+
+    def store_call(self, op: str, seconds: float) -> None: ...
+    def session_cache(self, hits: int, misses: int) -> None: ...
+    def session_conflicts(self, count: int) -> None: ...
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class RedisSessions:
+    """The connection to Redis/Valkey and its two scripts, shared by every model of a process."""
+
+    def __init__(self, url: str, *, prefix: str = "rlserve", timeout_s: float = 2.0,
+                 observer: StoreObserver | None = None):
+        import redis  # the [redis] extra; imported only when a store is configured
+
+        self.url = url
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+        self.observer = observer
+        self._redis = redis
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scripts: dict[str, Any] = {}
+
+    def client(self) -> Any:
+        """The client of the running event loop (a redis.asyncio client belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            from redis.asyncio import Redis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import ExponentialBackoff
+
+            # A connection that broke before the command went out is retried once; a
+            # timeout is not (the script may have run: the compare-and-set decides then).
+            retry = Retry(ExponentialBackoff(cap=0.05, base=0.005), 1,
+                          supported_errors=(self._redis.exceptions.ConnectionError,))
+            self._client = Redis.from_url(self.url, socket_timeout=self.timeout_s,
+                                          socket_connect_timeout=self.timeout_s, retry=retry)
+            self._loop = loop
+            self._scripts = {"commit": self._client.register_script(COMMIT_LUA),
+                             "validate": self._client.register_script(VALIDATE_LUA)}
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    def for_model(self, model: str) -> ModelSessions:
+        return ModelSessions(self, model)
+
+    async def call(self, op: str, fn: Any) -> Any:
+        """Run ``fn(client)`` (one round trip), timed, with store failures as 503."""
+        started = time.perf_counter()
+        try:
+            return await fn(self.client())
+        except (self._redis.exceptions.RedisError, OSError) as exc:
+            raise StoreUnavailable(
+                f"the session store {redacted(self.url)} did not answer ({type(exc).__name__}: {exc}); "
+                "nothing was changed by this request unless it says otherwise; retry later",
+                headers={"Retry-After": "1"}) from exc
+        finally:
+            if self.observer is not None:
+                self.observer.store_call(op, time.perf_counter() - started)
+
+    async def script(self, name: str, keys: Sequence[bytes], args: Sequence[Any], op: str) -> Any:
+        async def run(client: Any) -> Any:
+            return await self._scripts[name](keys=keys, args=args)
+        return await self.call(op, run)
+
+
+class ModelSessions:
+    """The keys of one model name's sessions (ids are unique per model name across versions)."""
+
+    def __init__(self, store: RedisSessions, model: str):
+        self.store = store
+        self.model = model
+        encoded = model.encode("utf-8", "surrogatepass")
+        # The name's length keeps "a:b" + "c" apart from "a" + "b:c".
+        self._session_prefix = f"{store.prefix}:s:{len(encoded)}:".encode() + encoded + b":"
+        self._tomb_prefix = f"{store.prefix}:g:{len(encoded)}:".encode() + encoded + b":"
+
+    def key(self, session_id: str) -> bytes:
+        return self._session_prefix + session_id.encode("utf-8", "surrogatepass")
+
+    def tomb(self, session_id: str) -> bytes:
+        return self._tomb_prefix + session_id.encode("utf-8", "surrogatepass")
+
+    async def fetch(self, session_ids: Sequence[str]) -> list[tuple[bytes | None, str | None]]:
+        """(record or None, tombstone reason or None) per id, in one round trip."""
+        keys = [self.key(s) for s in session_ids] + [self.tomb(s) for s in session_ids]
+        values = await self.store.call("load", lambda client: client.mget(keys))
+        n = len(session_ids)
+        return [(values[i], None if values[n + i] is None else values[n + i].decode("utf-8", "replace"))
+                for i in range(n)]
+
+    async def get(self, session_id: str) -> bytes | None:
+        key = self.key(session_id)
+        return await self.store.call("export", lambda client: client.get(key))
+
+    async def create(self, session_id: str, record: bytes, ttl_ms: int) -> bool:
+        key = self.key(session_id)
+        return bool(await self.store.call("create", lambda client: client.set(key, record, nx=True, px=ttl_ms)))
+
+    async def put(self, session_id: str, record: bytes, ttl_ms: int) -> None:
+        key, tomb = self.key(session_id), self.tomb(session_id)
+
+        async def run(client: Any) -> Any:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(key, record, px=ttl_ms)
+                pipe.delete(tomb)
+                return await pipe.execute()
+        await self.store.call("import", run)
+
+    async def end(self, session_id: str, reason: str, ttl_ms: int) -> None:
+        key, tomb = self.key(session_id), self.tomb(session_id)
+
+        async def run(client: Any) -> Any:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                pipe.set(tomb, reason.encode(), px=ttl_ms)
+                return await pipe.execute()
+        await self.store.call("end", run)
+
+
+class CachedSessionStore(SessionStore):
+    """Sessions of one model version in Redis/Valkey, with the in-process slabs as cache.
+
+    Lookups and the act path's bookkeeping are the in-process store's (this process's
+    copies); ``validate``/``commit`` around each batch and the async lifecycle calls below
+    keep the external store the one authority."""
+
+    durable = True
+    remembers_idle = False
+
+    def __init__(self, *args: Any, remote: ModelSessions, trust_cache: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.remote = remote
+        self.trust_cache = trust_cache
+        self.ttl_ms = max(1, int(self.idle_ttl_s * 1000))
+        self._ending: set[asyncio.Task] = set()  # ends from the act path, being written
+
+    @property
+    def observer(self) -> StoreObserver | None:
+        return self.remote.store.observer
+
+    # ------------------------------------------------------------------ lookups
+
+    def live(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if session.inflight or self.clock() - session.last_used <= self.idle_ttl_s:
+            return session
+        self.forget(session)  # an idle copy: the store's TTL says whether the session lives
+        return None
+
+    def knows(self, session_id: str) -> bool:
+        """Only ids ended here are known gone; anything else is the store's to say."""
+        return session_id in self._tombstones
+
+    # ------------------------------------------------------------------ the cache
+
+    def create(self, session_id: str | None = None, seed: int | None = None) -> Session:
+        """A session new to this replica (the act path): written with the batch's commit,
+        which refuses it (409) if the store has a session of that id by then."""
+        session = super().create(session_id, seed)
+        session.revision = random.getrandbits(64)
+        return session
+
+    def end(self, session_id: str) -> Session:
+        """End a session from the act path (a protocol's ``sequence_end``, after its step was
+        committed and answered): dropped here at once, deleted from the store (with its
+        tombstone) right after, in the background. Should this process die in between, the
+        store's copy expires after its idle TTL."""
+        session = super().end(session_id)
+        task = asyncio.get_running_loop().create_task(self._end_stored(session_id))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        return session
+
+    async def _end_stored(self, session_id: str) -> None:
+        try:
+            await self.remote.end(session_id, "ended by the client", self.ttl_ms)
+        except StoreUnavailable as exc:
+            log.warning("ending session %r in the store failed (it expires after its idle TTL): %s",
+                        session_id, exc.message)
+
+    def adopt(self, session_id: str, data: bytes) -> Session:
+        """Hold the store's record of ``session_id`` here (``RecordError`` if it does not fit)."""
+        session = super().adopt(session_id, data)
+        session.revision = int.from_bytes(data[:8], "big")
+        session.persisted, session.fresh = True, True
+        return session
+
+    def discard(self, sessions: list[Session]) -> None:
+        """A batch failed after it may have changed these copies: read them again next time."""
+        for session in sessions:
+            self.forget(session)
+
+    # ------------------------------------------------------------------ around a batch
+
+    async def validate(self, groups: list[list[Session]]) -> list[ServiceError | None]:
+        """Bring each request's sessions up to the store's revision; per request None or why not."""
+        errors: list[ServiceError | None] = [None] * len(groups)
+        held: list[tuple[int, Session]] = []
+        for index, group in enumerate(groups):
+            for session in group:
+                if session.fresh:  # read from the store for this very request
+                    session.fresh = False
+                elif session.persisted:
+                    held.append((index, session))
+        if not held or self.trust_cache:
+            if held and self.observer is not None:
+                self.observer.session_cache(len(held), 0)
+            return errors
+        keys = [self.remote.key(s.id) for _, s in held]
+        revisions = b"".join(revision_bytes(s.revision) for _, s in held)
+        replies = await self.remote.store.script("validate", keys, [revisions], "validate")
+        misses = 0
+        for (index, session), reply in zip(held, replies, strict=True):
+            if reply == 0:
+                continue
+            misses += 1
+            error = self._refresh(session, reply)
+            if error is not None:
+                errors[index] = error
+        if self.observer is not None:
+            self.observer.session_cache(len(held) - misses, misses)
+        return errors
+
+    def _refresh(self, session: Session, data: bytes) -> ServiceError | None:
+        """Replace the stale copy of ``session`` with the store's ``data`` (b"": none)."""
+        if not data:
+            self.forget(session)
+            return SessionExpired(f"session {session.id!r} is gone: it ended or expired elsewhere (another "
+                                  "replica or worker); start a new episode", field="session_id", received=session.id)
+        try:
+            record = self.layout.decode(data)
+            if record.version != self.version:
+                raise RecordError(f"it is now bound to version {record.version!r}")
+        except RecordError as exc:
+            self.forget(session)
+            return SessionConflict(f"session {session.id!r} was replaced elsewhere ({exc}); retry the request",
+                                   field="session_id", received=session.id)
+        with self.slabs.lock:
+            self.slabs.put_rows(np.array([session.slot]), [row[None] for row in record.rows])
+        session.revision, session.persisted = record.revision, True
+        if session.restarting == 0:
+            session.steps, session.seed, session.rng, session.answer = (record.steps, record.seed, record.rng,
+                                                                        record.answer)
+        elif session.restarting == 1:  # a restart that keeps drawing from the session's generator
+            session.seed, session.rng = record.seed, record.rng
+        return None
+
+    async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:
+        """Write each request's sessions if the store still holds what they were computed
+        from; per request None, or 409 (its copies are dropped here)."""
+        errors: list[ServiceError | None] = [None] * len(groups)
+        sessions = [s for group in groups for s in group]
+        if not sessions:
+            return errors
+        records = self._records(sessions, [(s.revision + 1) & ((1 << 64) - 1) for s in sessions])
+        args = [self.ttl_ms, struct.pack(f"<{len(groups)}I", *(len(g) for g in groups)),
+                b"".join(revision_bytes(s.revision) for s in sessions),
+                bytes(48 if s.persisted else 49 for s in sessions),  # "0": must hold it, "1": none yet
+                *records]
+        try:
+            lost = await self.remote.store.script("commit", [self.remote.key(s.id) for s in sessions], args, "commit")
+        except StoreUnavailable as exc:
+            self.discard(sessions)  # written or not: read them again next time
+            return [exc] * len(groups)
+        for number in lost:
+            group = groups[int(number) - 1]
+            errors[int(number) - 1] = _conflict(group)
+            self.discard(group)
+        for index, group in enumerate(groups):
+            if errors[index] is None:
+                for session in group:
+                    session.revision = (session.revision + 1) & ((1 << 64) - 1)
+                    session.persisted, session.restarting = True, 0
+        if lost and self.observer is not None:
+            self.observer.session_conflicts(len(lost))
+        return errors
+
+    def _records(self, sessions: Sequence[Session], revisions: Sequence[int]) -> list[bytes]:
+        slots = np.fromiter((s.slot for s in sessions), np.int64, len(sessions))
+        with self.slabs.lock:
+            rows = self.slabs.rows(slots)
+        return encode_sessions(self.layout, self.version, sessions, revisions, rows, self.clock())
+
+    # ------------------------------------------------------------------ lifecycle (the API)
+
+    async def open_session(self, session_id: str | None, seed: int | None) -> Session:
+        session = self.create(session_id, seed)
+        record = self._records([session], [session.revision])[0]
+        try:
+            created = await self.remote.create(session.id, record, self.ttl_ms)
+        except StoreUnavailable:
+            self.forget(session)
+            raise
+        if not created:
+            self.forget(session)
+            raise SessionConflict(f"session {session.id!r} already exists", field="session_id", received=session.id)
+        session.persisted = True
+        return session
+
+    async def end_session(self, session: Session) -> None:
+        await self.remote.end(session.id, "ended by the client", self.ttl_ms)
+        self._drop(session, "ended by the client")
+
+    async def export_session(self, session: Session) -> bytes:
+        data = await self.remote.get(session.id)
+        if data is None:
+            raise SessionExpired(f"session {session.id!r} is gone: it ended or expired elsewhere",
+                                 field="session_id", received=session.id)
+        return data
+
+    async def import_session(self, session_id: str, record: SessionRecord) -> Session:
+        session = self._replace(session_id, record)  # 409 while a request of it is in flight here
+        session.revision = random.getrandbits(64)  # a new history: no copy held anywhere matches it
+        data = self._records([session], [session.revision])[0]
+        try:
+            await self.remote.put(session.id, data, self.ttl_ms)
+        except StoreUnavailable:
+            self.forget(session)
+            raise
+        session.persisted, session.fresh = True, False
+        return session
+
+
+def _conflict(group: list[Session]) -> SessionConflict:
+    ids = [s.id for s in group]
+    named = repr(ids[0]) if len(ids) == 1 else f"one of {ids!r}"
+    return SessionConflict(
+        f"session {named} was changed elsewhere (another replica or worker stepped, ended or replaced it) "
+        "while this step ran; this step was not applied and the copy held here was dropped: retry it",
+        field="session_id", expected="the session as stored when the step began", received=ids[0])

@@ -1,0 +1,102 @@
+"""``rlserve serve --workers N``: N server processes on one listening socket.
+
+The parent binds the socket once and starts N worker processes (spawned, not forked:
+ONNX Runtime and torch do not survive a fork with their threads) that each run exactly
+what a single ``rlserve serve`` runs, the act protocol class included
+(``rlserve.service.server.serve``), accepting from the shared socket. uvicorn's own
+``workers=N`` cannot be used: it rebuilds the app in each child from an import string
+and takes the HTTP protocol as a name, while the act protocol class is built around each
+worker's own app.
+
+The parent restarts a worker that dies, and on SIGTERM or SIGINT passes SIGTERM on and
+waits for every worker's graceful shutdown (each drains, answers what is in flight, and
+exits). A worker whose parent is gone (killed with SIGKILL) stops itself the same way
+rather than keep serving the port unsupervised. Sessions need ``RLSERVE_SESSION_STORE``
+(each worker holds copies, the store the truth); without it each worker refuses to create
+sessions and serves stateless requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from rlserve.service.settings import Settings
+
+log = logging.getLogger("rlserve.workers")
+
+QUICK_EXIT_S = 10.0  # a worker that dies this soon after its start counts as failing to start
+MAX_QUICK_EXITS = 3
+
+
+def run_workers(settings: Settings) -> int:
+    import uvicorn
+
+    config = uvicorn.Config("rlserve.service.app:create_app", host=settings.host, port=settings.port,
+                            log_level=settings.log_level)
+    sock = config.bind_socket()  # SO_REUSEADDR, inheritable; each worker listens on it
+    context = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    workers: list[tuple[Any, float]] = []
+    quick_exits = 0
+    status = 0
+    try:
+        workers = [_start(context, settings, sock, index) for index in range(settings.workers)]
+        while not stopping.wait(0.2):
+            for index, (process, started) in enumerate(workers):
+                if process.is_alive():
+                    continue
+                quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT_S else 0
+                log.warning("worker %d (pid %s) exited with %s", index, process.pid, process.exitcode)
+                if quick_exits >= MAX_QUICK_EXITS:
+                    log.error("workers keep exiting right after they start; stopping")
+                    stopping.set()
+                    status = 1
+                    break
+                workers[index] = _start(context, settings, sock, index)
+    finally:
+        for process, _ in workers:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + settings.shutdown_drain_s + 60.0
+        for process, _ in workers:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
+def _start(context: Any, settings: Settings, sock: socket.socket, index: int) -> tuple[Any, float]:
+    process = context.Process(target=_worker, args=(settings, sock), name=f"rlserve-worker-{index}")
+    process.start()
+    log.info("started worker %d (pid %s)", index, process.pid)
+    return process, time.monotonic()
+
+
+def _worker(settings: Settings, sock: socket.socket) -> None:
+    from rlserve.service.server import serve
+
+    threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
+    raise SystemExit(serve(settings, sockets=[sock]))  # 2: a named checkpoint did not load
+
+
+def _stop_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    log.warning("the supervising process %d is gone; shutting down", parent)
+    os.kill(os.getpid(), signal.SIGTERM)

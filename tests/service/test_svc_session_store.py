@@ -1,0 +1,226 @@
+"""Sessions in a real redis-server, served by in-process apps (each app one "replica").
+
+What is checked: every session field survives in the store (state, previous actions and
+rewards, step count, seeded generator), replicas share sessions (alternating steps equal
+an in-process reference bit for bit), a stale copy never writes (409, then the retry
+reads the store), retried steps are answered from the kept answer, export/import moves a
+session between stores, and a store that does not answer is a 503, not a guess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import error_of
+
+pytestmark = pytest.mark.asyncio
+
+MODELS = ("lstm", "gtrxl")
+
+
+def observations(seed: int, steps: int, dim: int = 4) -> list[list[float]]:
+    return np.random.default_rng(seed).uniform(-1, 1, (steps, dim)).round(4).tolist()
+
+
+async def step(client, model, sid, obs, t, **extra):
+    body = {"observation": obs, "session_id": sid, **extra}
+    if t == 0:
+        body["episode_start"] = True
+        body["seed"] = 17
+    else:
+        body["reward"] = 0.5 * t
+    return await client.post(f"/v1/models/{model}/act", json=body)
+
+
+async def episode(clients, model, sid, obs_list, **extra) -> list:
+    """Step ``sid`` through ``obs_list``, the t-th step on ``clients[t % len(clients)]``."""
+    actions = []
+    for t, obs in enumerate(obs_list):
+        r = await step(clients[t % len(clients)], model, sid, obs, t, **extra)
+        assert r.status_code == 200, r.text
+        actions.append(r.json()["action"])
+    return actions
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_replicas_alternating_equal_one_process(make_client, redis_server, model):
+    store = {"session_store": redis_server.url}
+    _, a = make_client((model,), **store)
+    _, b = make_client((model,), **store)
+    _, reference = make_client((model,))
+    for k in range(3):
+        obs = observations(k, 8)
+        expected = await episode([reference], model, f"s{k}", obs, outputs=["value"])
+        assert await episode([a, b], model, f"s{k}", obs, outputs=["value"]) == expected
+    info = (await b.get(f"/v1/models/{model}/sessions/s0")).json()
+    assert info["steps"] == 8 and info["seed"] == 17
+
+
+async def test_a_restarted_replica_continues_from_the_store(make_client, redis_server):
+    store = {"session_store": redis_server.url}
+    _, reference = make_client(("lstm",))
+    obs = observations(5, 10)
+    expected = await episode([reference], "lstm", "r", obs)
+    _, before = make_client(("lstm",), **store)
+    assert await episode([before], "lstm", "r", obs[:6]) == expected[:6]
+    app, after = make_client(("lstm",), **store)  # a new process: nothing cached
+    for t in range(6, 10):
+        r = await step(after, "lstm", "r", obs[t], t)
+        assert r.json()["action"] == expected[t]
+    text = app.state.metrics.render().decode()
+    assert 'rlserve_session_cache_total{result="miss"} 1.0' in text
+    assert 'rlserve_session_cache_total{result="hit"} 3.0' in text
+
+
+async def test_the_store_holds_a_ttl_and_a_compact_record(make_client, redis_server):
+    _, client = make_client(("lstm",), session_store=redis_server.url, session_idle_ttl_s=30)
+    assert (await step(client, "lstm", "ttl", observations(1, 1)[0], 0)).status_code == 200
+    redis = redis_server.client()
+    [key] = redis.keys("rlserve:s:*")
+    assert key == b"rlserve:s:4:lstm:ttl"
+    assert 25_000 < redis.pttl(key) <= 30_000
+    # 80-byte header, version "1", h and c of 8 float32 each, one prev action (2) and reward.
+    assert redis.strlen(key) == 80 + 1 + 4 * (8 + 8 + 2 + 1)
+
+
+async def test_a_stale_copy_never_writes(make_client, redis_server):
+    """trust mode skips the read before each batch; the write still refuses a stale copy."""
+    store = {"session_store": redis_server.url, "session_cache": "trust"}
+    app_a, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    _, reference = make_client(("lstm",))
+    obs = observations(7, 4)
+    expected = await episode([reference], "lstm", "t", obs)
+    assert (await step(a, "lstm", "t", obs[0], 0)).json()["action"] == expected[0]
+    assert (await step(b, "lstm", "t", obs[1], 1)).json()["action"] == expected[1]
+    stale = await step(a, "lstm", "t", obs[2], 2)  # a still holds the copy after step 0
+    assert stale.status_code == 409
+    error = error_of(stale)
+    assert error["code"] == "session_conflict" and "'t'" in error["message"] and "retry" in error["message"]
+    retried = await step(a, "lstm", "t", obs[2], 2)  # the stale copy was dropped: read again
+    assert retried.json()["action"] == expected[2]
+    assert (await step(b, "lstm", "t", obs[3], 3)).status_code == 409  # now b's copy is the stale one
+    assert (await step(b, "lstm", "t", obs[3], 3)).json()["action"] == expected[3]
+    assert "rlserve_session_conflicts_total 1.0" in app_a.state.metrics.render().decode()
+
+
+async def test_two_creations_of_one_id_cannot_both_win(make_client, redis_server):
+    store = {"session_store": redis_server.url}
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    assert (await a.post("/v1/models/lstm/sessions", json={"session_id": "c"})).status_code == 201
+    r = await b.post("/v1/models/lstm/sessions", json={"session_id": "c"})
+    assert r.status_code == 409 and error_of(r)["code"] == "session_conflict"
+    # episode_start on b restarts the existing session instead (it reads it first).
+    assert (await step(b, "lstm", "c", observations(2, 1)[0], 0)).status_code == 200
+    assert (await a.get("/v1/models/lstm/sessions/c")).json()["steps"] == 1
+
+
+async def test_end_on_one_replica_is_410_on_the_other(make_client, redis_server):
+    store = {"session_store": redis_server.url}
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    obs = observations(3, 3)
+    await episode([a, b], "lstm", "e", obs[:2])
+    assert (await a.delete("/v1/models/lstm/sessions/e")).status_code == 200
+    r = await step(b, "lstm", "e", obs[2], 2)  # b holds a copy: the read before the batch says it is gone
+    assert r.status_code == 410 and error_of(r)["code"] == "session_expired"
+    _, c = make_client(("lstm",), **store)  # a replica that never held it: the tombstone says why
+    r = await step(c, "lstm", "e", obs[2], 2)
+    assert r.status_code == 410 and "ended by the client" in error_of(r)["message"]
+    assert (await c.get("/v1/models/lstm/sessions/never")).status_code == 404
+
+
+@pytest.mark.parametrize("external", [False, True])
+async def test_a_retried_step_is_answered_again(make_client, redis_server, external):
+    settings = {"session_store": redis_server.url} if external else {}
+    _, a = make_client(("lstm",), **settings)
+    obs = observations(9, 3)
+    first = await step(a, "lstm", "i", obs[0], 0, step=0)
+    second = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value", "raw_action"])
+    assert second.status_code == 200 and "raw_action" in second.json()
+    again = await step(a, "lstm", "i", obs[1], 1, step=1, outputs=["value", "raw_action"])
+    assert again.json() == second.json() and first.json() != second.json()
+    ahead = await step(a, "lstm", "i", obs[2], 2, step=5)
+    assert ahead.status_code == 409 and error_of(ahead)["field"] == "step"
+    assert error_of(ahead)["expected"] == 2 and error_of(ahead)["received"] == 5
+    # The session did not move on the repeat: step 2 is the same as without the retry.
+    _, reference = make_client(("lstm",))
+    expected = await episode([reference], "lstm", "i", obs)
+    assert (await step(a, "lstm", "i", obs[2], 2, step=2)).json()["action"] == expected[2]
+    if external:  # the kept answer lives in the store: another replica answers the retry too
+        _, b = make_client(("lstm",), **settings)
+        repeat = await step(b, "lstm", "i", obs[2], 2, step=2)
+        assert repeat.json()["action"] == expected[2]
+        assert (await b.get("/v1/models/lstm/sessions/i")).json()["steps"] == 3
+
+
+async def test_step_index_refusals(make_client):
+    _, client = make_client(("lstm",))
+    r = await client.post("/v1/models/lstm/act", json={"observation": [0, 0, 0, 0], "step": 0})
+    assert r.status_code == 400 and error_of(r)["field"] == "step"
+    r = await client.post("/v1/models/lstm/act", json={"observation": [0, 0, 0, 0], "session_id": "x",
+                                                       "episode_start": True, "step": 3})
+    assert r.status_code == 400 and error_of(r)["expected"] == 0
+    r = await client.post("/v1/models/lstm/act", json={"observations": [[0, 0, 0, 0]], "session_ids": ["x"],
+                                                       "step": 0})
+    assert r.status_code == 400 and error_of(r)["field"] == "step"
+
+
+@pytest.mark.parametrize("source_external", [False, True])
+async def test_export_import_moves_a_session(make_client, redis_server, source_external):
+    source_settings = {"session_store": redis_server.url} if source_external else {}
+    target_settings = {} if source_external else {"session_store": redis_server.url}
+    _, source = make_client(("lstm",), **source_settings)
+    _, target = make_client(("lstm",), **target_settings)
+    _, reference = make_client(("lstm",))
+    obs = observations(11, 7)
+    expected = await episode([reference], "lstm", "m", obs)
+    assert await episode([source], "lstm", "m", obs[:4]) == expected[:4]
+    exported = await source.get("/v1/models/lstm/sessions/m", headers={"accept": "application/octet-stream"})
+    assert exported.headers["content-type"] == "application/octet-stream"
+    put = await target.put("/v1/models/lstm/sessions/moved", content=exported.content,
+                           headers={"content-type": "application/octet-stream"})
+    assert put.status_code == 200 and put.json()["steps"] == 4 and put.json()["seed"] == 17
+    for t in range(4, 7):
+        assert (await step(target, "lstm", "moved", obs[t], t)).json()["action"] == expected[t]
+
+
+async def test_import_refuses_what_does_not_fit(make_client):
+    _, client = make_client(("lstm", "gtrxl"))
+    await step(client, "gtrxl", "g", observations(1, 1)[0], 0)
+    exported = (await client.get("/v1/models/gtrxl/sessions/g", headers={"accept": "application/octet-stream"})).content
+    octet = {"content-type": "application/octet-stream"}
+    r = await client.put("/v1/models/lstm/sessions/x", content=exported, headers=octet)
+    assert r.status_code == 422 and error_of(r)["field"] == "body" and "tensors" in error_of(r)["expected"]
+    r = await client.put("/v1/models/lstm/sessions/x", content=b"not a record", headers=octet)
+    assert r.status_code == 422 and error_of(r)["field"] == "body"
+    r = await client.put("/v1/models/lstm/sessions/x", content=exported, headers={"content-type": "text/plain"})
+    assert r.status_code == 400 and error_of(r)["field"] == "Content-Type"
+    r = await client.put("/v1/models/gtrxl/sessions/x?version=9", content=exported, headers=octet)
+    assert r.status_code == 404 and error_of(r)["code"] == "model_not_found"
+    assert (await client.get("/v1/models/lstm/sessions/x")).status_code == 404  # nothing was created
+
+
+async def test_several_workers_without_a_store_refuse_sessions(make_client):
+    _, client = make_client(("lstm",), workers=2)
+    r = await client.post("/v1/models/lstm/sessions", json={})
+    assert r.status_code == 503 and error_of(r)["code"] == "sessions_unavailable"
+    assert "RLSERVE_SESSION_STORE" in error_of(r)["message"]
+    r = await step(client, "lstm", "w", [0.1, 0.2, 0.3, 0.4], 0)
+    assert r.status_code == 503 and "RLSERVE_SESSION_STORE" in error_of(r)["message"]
+    r = await client.post("/v1/models/lstm/act", json={"observation": [0.1, 0.2, 0.3, 0.4]})
+    assert r.status_code == 200
+
+
+async def test_a_store_that_does_not_answer_is_503(make_client, redis_server):
+    _, client = make_client(("lstm",), session_store=redis_server.unix_url, session_store_timeout_s=0.5)
+    obs = observations(4, 3)
+    await episode([client], "lstm", "d", obs[:2])  # over the unix socket
+    redis_server.process.kill()
+    redis_server.process.wait()
+    r = await step(client, "lstm", "d", obs[2], 2)
+    assert r.status_code == 503 and error_of(r)["code"] == "session_store_unavailable"
+    assert r.headers["retry-after"] == "1" and "redis.sock" in error_of(r)["message"]
+    r = await client.post("/v1/models/lstm/act", json={"observation": obs[2]})
+    assert r.status_code == 200  # stateless requests need no store
