@@ -82,6 +82,12 @@ class ModelSignature:
     def output_names(self) -> list[str]:
         return ["dist_inputs", "value"] + [f"state_out_{i}" for i in range(len(self.state))]
 
+    @property
+    def policy_output_names(self) -> list[str]:
+        """The outputs acting needs: ``output_names`` without the value head (what a
+        bundle's pruned policy graph computes)."""
+        return [name for name in self.output_names if name != "value"]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

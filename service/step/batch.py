@@ -76,13 +76,14 @@ class BatchStep:
         if self.stateful:
             slots = self._slots(steps)
             self._gather(steps, slots, inputs)
-        outputs = self.runtime.run(inputs)
+        wants_value = any("value" in s.extras for s in steps)
+        outputs = self.runtime.run(inputs, value=wants_value)
         dist_inputs = outputs["dist_inputs"]
         dist_inputs = self._apply_masks(steps, dist_inputs)
         actions, logp, entropy = self._act(steps, dist_inputs)
         if self.stateful:
             self._scatter(outputs, slots, actions)
-        return self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+        return self._split(steps, actions, logp, entropy, outputs["value"] if wants_value else None, dist_inputs)
 
     def _batch_obs(self, steps: list[Step]) -> np.ndarray:
         rows = [s.obs_row for s in steps]
@@ -131,11 +132,23 @@ class BatchStep:
     def _act(self, steps: list[Step], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
         spec = self.pipeline.dist_spec
         dist = spec.build(dist_inputs)
-        modes = {s.explore for s in steps}
-        if len(modes) == 1:
-            explore = np.full(dist_inputs.shape[0], modes.pop())
+        explore = steps[0].explore
+        if all(s.explore is explore and not any(s.rngs) for s in steps):
+            # The common batch: one mode for every row, no seeded session. The sample's
+            # logp skips re-validating indices the distribution drew itself.
+            actions = dist.sample(self.rng) if explore else dist.deterministic_sample()
+            logp = _optional(dist.logp_of_sample)
         else:
-            explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
+            actions = self._act_mixed(steps, dist, dist_inputs)
+            logp = _optional(lambda: dist.logp(actions))
+        wants_entropy = any("entropy" in s.extras for s in steps)
+        entropy = _optional(dist.entropy) if wants_entropy else None
+        return actions, logp, entropy
+
+    def _act_mixed(self, steps: list[Step], dist: Any, dist_inputs: np.ndarray) -> Any:
+        """Rows that explore and rows that do not, or rows of seeded sessions."""
+        spec = self.pipeline.dist_spec
+        explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
         if explore.all():
             actions = dist.sample(self.rng)
         elif not explore.any():
@@ -146,16 +159,12 @@ class BatchStep:
         # was accepted), one row at a time, so an episode replays whatever shares its batch.
         start = 0
         for step in steps:
-            if step.rngs:
-                for offset, rng in enumerate(step.rngs):
-                    row = start + offset
-                    if rng is not None and explore[row]:
-                        tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
+            for offset, rng in enumerate(step.rngs):
+                row = start + offset
+                if rng is not None and explore[row]:
+                    tree_set_row(actions, row, spec.build(dist_inputs[row:row + 1]).sample(rng))
             start += step.rows
-        logp = _optional(lambda: dist.logp(actions))
-        wants_entropy = any("entropy" in s.extras for s in steps)
-        entropy = _optional(dist.entropy) if wants_entropy else None
-        return actions, logp, entropy
+        return actions
 
     def _scatter(self, outputs: dict[str, np.ndarray], slots: np.ndarray, actions: Any) -> None:
         state_out = [outputs[f"state_out_{i}"] for i in range(len(self.signature.state))]
@@ -168,7 +177,7 @@ class BatchStep:
             actions=actions,
             actions_json=codec.encode_batch(self.pipeline.action_space, actions),
             logp=floats_json(logp),
-            value=floats_json(value) if any("value" in s.extras for s in steps) else None,
+            value=floats_json(value),  # None unless a request asked for it
             entropy=floats_json(entropy),
             dist_inputs=dist_inputs.tolist() if any("dist_inputs" in s.extras for s in steps) else None,
             arrays={"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs},
