@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
+from rlserve.service.act.binary import ObservationBlock, decode_block
 from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
 from rlserve.service.step.rows import Rows
 
@@ -57,7 +58,8 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     """Observations to act on, with optional per-row session fields."""
 
     observation: Any = msgspec.UNSET
-    observations: list[Any] | msgspec.UnsetType = msgspec.UNSET
+    # A list of rows, or all rows as one base64 block (``rlserve.service.act.binary``).
+    observations: list[Any] | ObservationBlock | msgspec.UnsetType = msgspec.UNSET
     session_id: str | None = None
     session_ids: list[str | None] | None = None
     # True on the first step of an episode: resets the session (creating it if unknown).
@@ -257,12 +259,14 @@ def to_rows(req: ActRequest) -> Rows:
         )
     _no_single_fields(req)
     assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
-    n = len(req.observations)
+    observations = (decode_block(req.observations) if isinstance(req.observations, ObservationBlock)
+                    else req.observations)
+    n = len(observations)
     if n == 0:
         raise BadRequest("'observations' is empty", field="observations", expected="at least one row", received=0)
     return Rows(
         single=False,
-        observations=req.observations,
+        observations=observations,
         session_ids=_column(req.session_ids, n, "session_ids", None),
         episode_starts=_column(req.episode_starts, n, "episode_starts", False),
         rewards=_column(req.rewards, n, "rewards", None),
