@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Iterable
 from typing import Annotated, Any, get_args
 
@@ -31,6 +32,7 @@ from rlserve.service.step.rows import Rows
 # Numeric dtypes a block may have (little-endian, as numpy names them).
 DTYPES = ("float32", "float64", "float16", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64",
           "uint64", "bool")
+_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
 OCTET_STREAM = b"application/octet-stream"
 DTYPE_HEADER = b"x-rlserve-dtype"
 SHAPE_HEADER = b"x-rlserve-shape"
@@ -61,8 +63,8 @@ def block_array(buffer: bytes | memoryview, dtype_name: Any, shape: Any, field: 
             or shape[0] < 1):
         raise InvalidInput(f"{shape_field}: expected the block's shape [B, *observation_shape] with B >= 1",
                            field=shape_field, expected="a list of non-negative integers, B >= 1", received=shape)
-    dtype = np.dtype(dtype_name).newbyteorder("<")
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dtype = _DTYPES[dtype_name]
+    expected = math.prod(shape) * dtype.itemsize
     if len(buffer) != expected:
         raise InvalidInput(f"{field}: {len(buffer)} bytes do not hold a {dtype_name} array of shape {shape}",
                            field=field, expected=f"{expected} bytes", received=f"{len(buffer)} bytes")
@@ -89,6 +91,9 @@ def is_raw(headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if name == b"content-type":
             return value.split(b";", 1)[0].strip().lower() == OCTET_STREAM
     return False
+
+
+_NO_OUTPUTS: frozenset[str] = frozenset()
 
 
 class RawOptions(msgspec.Struct, frozen=True):
@@ -120,10 +125,10 @@ def _explore(text: str | None) -> bool | None:
 
 
 def _outputs(text: str | None) -> frozenset[str]:
-    from rlserve.service.act.wire import Extra
-
     if not text:
-        return frozenset()
+        return _NO_OUTPUTS
+    from rlserve.service.act.wire import Extra  # wire imports this module
+
     names = [name.strip() for name in text.split(",") if name.strip()]
     known = get_args(Extra)
     unknown = [name for name in names if name not in known]

@@ -63,6 +63,7 @@ class Preparer:
         self.mask_in_obs = (hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict)
                             and MASK_KEY in obs_space.spaces)
         self._decode_obs = codec.decode_value.dispatch(type(obs_space))  # skip per-call dispatch
+        self._decode_column = columns.decode_column.dispatch(type(obs_space))
         self.plain_width = self._plain_box_width()
         # The codec already refused non-finite values of the space's own dtype; the model
         # input can still overflow when it is narrower (a float64 Box fed as float32) or a
@@ -133,7 +134,7 @@ class Preparer:
         if not isinstance(space, gs.Box):
             raise InvalidInput("observations: a binary block needs a Box observation space", field="observations",
                                expected=codec.describe_space(space), received="a binary block")
-        return columns.decode_column(space, block, "observations")
+        return self._decode_column(space, block, "observations")
 
     def _preprocess(self, decoded: list[Any] | np.ndarray, field: str) -> np.ndarray:
         try:
