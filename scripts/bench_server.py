@@ -467,6 +467,10 @@ def compare(before: list[tuple[str, int, dict, int]], after: list[tuple[str, int
             continue
         b = old[(key, c)]
         unit = f" ({obs} obs each)" if obs > 1 else ""
+        if b["errors"] or res["errors"]:  # e.g. a request form the baseline does not know
+            print(f"| {labels[key]}{unit} | {c} | errors: {b['errors']} before, {res['errors']} after "
+                  f"| | | | | | |", flush=True)
+            continue
         print(f"| {labels[key]}{unit} | {c} | {b['req_s']:,.0f} | {res['req_s']:,.0f} | "
               f"{res['req_s'] / b['req_s']:.2f} | {b['p50_ms']:.2f} | {res['p50_ms']:.2f} | "
               f"{b['cpu_us']:.1f} | {res['cpu_us']:.1f} |", flush=True)
