@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Iterable
 from typing import Annotated, Any, get_args
 
@@ -86,11 +87,32 @@ def decode_block(block: ObservationBlock) -> np.ndarray:
 # --------------------------------------------------------------------------- raw body
 
 def is_raw(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """True for a request whose Content-Type is application/octet-stream (ASGI headers)."""
+    """True for a request whose Content-Type is application/octet-stream (ASGI headers).
+
+    A JSON request that carries ``X-Rlserve-*`` headers anyway gets them checked (a 422
+    for a malformed one) rather than silently ignored: the documented headers mean the
+    same on every act request."""
+    raw = ours = False
     for name, value in headers:
         if name == b"content-type":
-            return value.split(b";", 1)[0].strip().lower() == OCTET_STREAM
-    return False
+            raw = value.split(b";", 1)[0].strip().lower() == OCTET_STREAM
+        elif name in _HEADERS:
+            ours = True
+    if ours and not raw:
+        _check_headers(_header_values(headers))
+    return raw
+
+
+def _check_headers(values: dict[bytes, str]) -> None:
+    dtype, shape = values.get(DTYPE_HEADER), values.get(SHAPE_HEADER)
+    if dtype is not None and dtype not in DTYPES:
+        raise InvalidInput(f"X-Rlserve-Dtype: unknown dtype {dtype!r}", field="X-Rlserve-Dtype",
+                           expected=f"one of {list(DTYPES)}", received=dtype)
+    if shape is not None and not _SHAPE.match(shape):
+        raise InvalidInput("X-Rlserve-Shape: expected B,d1,d2,... (non-negative integers)", field="X-Rlserve-Shape",
+                           expected="B,d1,d2,...", received=shape)
+    _explore(values.get(EXPLORE_HEADER))
+    _outputs(values.get(OUTPUTS_HEADER))
 
 
 _NO_OUTPUTS: frozenset[str] = frozenset()
@@ -105,13 +127,12 @@ def _header_values(headers: Iterable[tuple[bytes, bytes]]) -> dict[bytes, str]:
     return {name: value.decode("latin-1").strip() for name, value in headers if name in _HEADERS}
 
 
-def _shape(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return [int(part) for part in text.strip("[]() ").split(",")]
-    except ValueError:
-        return text
+_SHAPE = re.compile(r"^[0-9]+(,[0-9]+)*$")
+
+
+def _shape(text: str) -> Any:
+    """``B,d1,...`` as a list of ints; anything else as received (``block_array`` refuses it)."""
+    return [int(part) for part in text.split(",")] if _SHAPE.match(text) else text
 
 
 def _explore(text: str | None) -> bool | None:

@@ -117,6 +117,7 @@ async def test_an_int_block_for_an_integer_space_is_range_checked(make_client):
     ({"x-rlserve-dtype": None}, "X-Rlserve-Dtype"),
     ({"x-rlserve-shape": None}, "X-Rlserve-Shape"),
     ({"x-rlserve-shape": "five,4"}, "X-Rlserve-Shape"),
+    ({"x-rlserve-shape": "[5, 4]"}, "X-Rlserve-Shape"),
     ({"x-rlserve-shape": "6,4"}, "body"),
     ({"x-rlserve-explore": "maybe"}, "X-Rlserve-Explore"),
     ({"x-rlserve-outputs": "value,q_values"}, "X-Rlserve-Outputs"),
@@ -126,6 +127,16 @@ async def test_raw_bodies_with_bad_headers_are_refused_naming_the_header(make_cl
     sent = {k: v for k, v in {**raw_headers(ROWS), **headers}.items() if v is not None}
     r = await client.post("/v1/models/mlp/act", content=ROWS.tobytes(), headers=sent)
     assert r.status_code == 422 and error_of(r)["field"] == field, r.text
+
+
+async def test_rlserve_headers_on_a_json_request_are_checked_too(make_client):
+    _, client = make_client(("mlp",))
+    good = await client.post("/v1/models/mlp/act", json={"observation": ROWS[0].tolist()},
+                             headers={"x-rlserve-explore": "false"})
+    bad = await client.post("/v1/models/mlp/act", json={"observation": ROWS[0].tolist()},
+                            headers={"x-rlserve-dtype": "float128"})
+    assert good.status_code == 200
+    assert bad.status_code == 422 and error_of(bad)["field"] == "X-Rlserve-Dtype"
 
 
 async def test_a_block_needs_a_box_observation_space(make_client):
