@@ -164,6 +164,10 @@ def refusal(message: str, body: bytes) -> BadRequest:
     """The 400 for a msgspec validation error, naming the field, expected and received."""
     if message.startswith("Object contains unknown field `"):
         name = message.split("`", 2)[1]
+        if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
+            return BadRequest(f"invalid request: {message}", field="observations",
+                              expected=f"a list of rows, or a block with the keys "
+                                       f"{list(ObservationBlock.__struct_fields__)}", received=name)
         return BadRequest(f"invalid request: {message}", field=name,
                           expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
     match = _AT.match(message)
