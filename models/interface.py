@@ -100,6 +100,12 @@ class ModelSignature:
         states = [f"state_out_{i}" for i in range(len(self.state))]
         return ["dist_inputs", "value", *states, *(e.name for e in self.extras)]
 
+    @property
+    def policy_output_names(self) -> list[str]:
+        """The outputs acting needs: ``output_names`` without the value head (what a
+        bundle's pruned policy graph computes)."""
+        return [name for name in self.output_names if name != "value"]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

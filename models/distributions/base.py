@@ -8,6 +8,7 @@ A distribution is built from one batch of dist inputs ``(B, N)`` float32 (the mo
     logp(actions)          (B,) float32 log-likelihood
     entropy()              (B,) float32 (Beta: (B, D), as RLlib)
     sampled_action_logp()  logp of the last ``sample``/``deterministic_sample``
+    logp_of_sample()       the same as ``logp(last sample)``, skipping the support check
 
 Each class mirrors one class of RLlib 2.60's ``torch_action_dist``; the arithmetic is done
 in float32 in the same order as torch so that the results agree to ~1e-6 relative.
@@ -91,6 +92,18 @@ class ActionDistribution(ABC):
                 f"{type(self).__name__}.sampled_action_logp: call sample() or deterministic_sample() first"
             )
         return self.logp(self.last_sample)
+
+    def logp_of_sample(self) -> np.ndarray:
+        """``logp`` of the last ``sample()``/``deterministic_sample()``, without checking that
+        sample against the support again: it came from this distribution. Unlike
+        ``sampled_action_logp`` it raises where ``logp`` raises (Deterministic). The server
+        calls it once per batch; distributions with a cheaper path override ``_own_logp``."""
+        if self.last_sample is None:
+            raise DistributionError(f"{type(self).__name__}.logp_of_sample: call sample() first")
+        return self._own_logp(self.last_sample)
+
+    def _own_logp(self, sample: Any) -> np.ndarray:
+        return self.logp(sample)
 
     @abstractmethod
     def _sample(self, rng: np.random.Generator) -> Any: ...

@@ -22,15 +22,26 @@ from .base import ActionDistribution, ActionOutOfSupportError, DistributionError
 __all__ = ["Categorical", "MultiCategorical", "sample_index"]
 
 _F32_MIN = np.finfo(np.float32).min
+_max = np.maximum.reduce
+_add = np.add.reduce
+_accumulate = np.add.accumulate
+# Logits whose row maxima stay below this in magnitude take the short path of ``_Cat``:
+# ``x - max`` and ``x - logsumexp`` cannot overflow float32 there (a masked logit is
+# -3.4e38), so no ``errstate`` is needed. Anything else (NaN, inf, huge) takes the
+# general functions, which give the same numbers.
+_SHORT_PATH_MAX = 1e30
 
 
 def sample_index(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One index per row by inverse CDF; an index with probability 0 is never drawn."""
+    cdf = _accumulate(probs, axis=1, dtype=np.float64)
+    u = rng.random(cdf.shape[0]) * cdf[:, -1]
+    idx = _add(cdf <= u[:, None], axis=1, dtype=np.int64)
+    # The first index whose CDF exceeds u has mass (its CDF step is > 0). Only when u*total
+    # rounds up to total is there none (idx == n): then take the last index with mass.
+    if _max(idx) < cdf.shape[1]:
+        return idx
     p = np.asarray(probs, dtype=np.float64)
-    cdf = np.cumsum(p, axis=1)
-    u = rng.random(p.shape[0]) * cdf[:, -1]
-    idx = np.sum(cdf <= u[:, None], axis=1)
-    # u*total can round up to total; fall back to the last index that has mass.
     last_with_mass = p.shape[1] - 1 - np.argmax(p[:, ::-1] > 0, axis=1)
     return np.minimum(idx, last_with_mass).astype(np.int64)
 
@@ -59,19 +70,37 @@ def _check_indices(actions: np.ndarray, n: int, where: str) -> np.ndarray:
 
 
 class _Cat:
-    """One categorical over the last axis of a (B, n) logits block."""
+    """One categorical over the last axis of a (B, n) logits block.
 
-    def __init__(self, raw_logits: np.ndarray):
-        self.logits = log_softmax32(raw_logits)
-        self.probs = softmax32(self.logits)
-        self.n = int(raw_logits.shape[1])
+    Built once per served batch, so it does the arithmetic of ``log_softmax32`` and
+    ``softmax32`` (the same float32 operations in the same order, hence the same numbers)
+    in a dozen numpy calls when the logits are ordinary; NaN rows are refused here.
+    """
+
+    def __init__(self, raw_logits: np.ndarray, name: str):
+        x = np.asarray(raw_logits, dtype=F32)
+        m = _max(x, axis=1, keepdims=True)
+        if _max(np.abs(m), axis=None) < _SHORT_PATH_MAX:  # False for NaN as well
+            s = _add(np.exp(x - m), axis=1, keepdims=True, dtype=F32)
+            self.logits = x - (np.log(s) + m)
+            e = np.exp(self.logits - _max(self.logits, axis=1, keepdims=True))
+            self.probs = e / _add(e, axis=1, keepdims=True, dtype=F32)
+        else:
+            _reject_nan(x, name)
+            self.logits = log_softmax32(x)
+            self.probs = softmax32(self.logits)
+        self.n = int(x.shape[1])
 
     def mode(self) -> np.ndarray:
-        return np.argmax(self.probs, axis=1).astype(np.int64)
+        return np.argmax(self.probs, axis=1).astype(np.int64, copy=False)
 
     def logp(self, idx: np.ndarray, where: str) -> np.ndarray:
         idx = _check_indices(idx, self.n, where)
-        return np.take_along_axis(self.logits, idx[:, None], axis=1)[:, 0].astype(F32)
+        return self.own_logp(idx)
+
+    def own_logp(self, idx: np.ndarray) -> np.ndarray:
+        """logp of indices this categorical drew itself: valid by construction."""
+        return self.logits[np.arange(idx.shape[0]), idx]
 
     def entropy(self) -> np.ndarray:
         p_log_p = (np.maximum(self.logits, _F32_MIN) * self.probs).astype(F32)
@@ -89,8 +118,7 @@ class Categorical(ActionDistribution):
             if not temperature > 0.0:
                 raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
             self.inputs = (self.inputs / F32(temperature)).astype(F32)
-        _reject_nan(self.inputs, "Categorical")
-        self._cat = _Cat(self.inputs)
+        self._cat = _Cat(self.inputs, "Categorical")
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
@@ -109,6 +137,9 @@ class Categorical(ActionDistribution):
 
     def _mode(self) -> np.ndarray:
         return self._cat.mode()
+
+    def _own_logp(self, sample: np.ndarray) -> np.ndarray:
+        return self._cat.own_logp(sample)
 
     def logp(self, actions: Any) -> np.ndarray:
         arr = self._check_batch(actions, "logp")
@@ -133,7 +164,6 @@ class MultiCategorical(ActionDistribution):
 
     def __init__(self, inputs: np.ndarray, input_lens: Sequence[int], action_space: gs.Space | None = None):
         super().__init__(inputs)
-        _reject_nan(self.inputs, "MultiCategorical")
         self.input_lens = [int(n) for n in input_lens]
         if sum(self.input_lens) != self.inputs.shape[1]:
             raise ValueError(
@@ -142,7 +172,7 @@ class MultiCategorical(ActionDistribution):
             )
         self.action_space = action_space
         bounds = np.cumsum(self.input_lens)[:-1]
-        self.cats = [_Cat(block) for block in np.split(self.inputs, bounds, axis=1)]
+        self.cats = [_Cat(block, "MultiCategorical") for block in np.split(self.inputs, bounds, axis=1)]
 
     @staticmethod
     def required_model_output_shape(action_space: gs.Space, model_config: dict[str, Any]) -> int:
@@ -161,6 +191,13 @@ class MultiCategorical(ActionDistribution):
 
     def _mode(self) -> np.ndarray:
         return self._shape(np.stack([c.mode() for c in self.cats], axis=1))
+
+    def _own_logp(self, sample: np.ndarray) -> np.ndarray:
+        cols = sample.reshape(self.batch_size, -1)
+        total = np.zeros(self.batch_size, dtype=F32)
+        for i, cat in enumerate(self.cats):
+            total = total + cat.own_logp(cols[:, i])
+        return total
 
     def _components(self, actions: Any) -> list[np.ndarray]:
         if isinstance(actions, list | tuple):  # RLlib also takes one array per component

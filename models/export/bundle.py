@@ -6,6 +6,8 @@ A bundle is a flat directory (or a ``*.rlsb`` archive of one, see ``archive.py``
                      preprocessor, frozen filter, model signature, runtime files, versions,
                      sha256 of every other file, and ``manifest_sha256`` over its own body
     model.onnx       ONNX graph (inputs/outputs named as in the signature, dynamic batch)
+    model_policy.onnx  the ONNX graph without the value head (``runtimes.onnx.policy_file``;
+                     absent in bundles written before it existed)
     model.ts         TorchScript module (same positional contract)
     reference.npz    reference inputs and the eager model's outputs for them
 
@@ -268,6 +270,12 @@ class Bundle:
             raise BundleError(f"bundle {self.manifest.name!r} has no {kind!r} runtime; it has {sorted(runtimes)}")
         return self.path(runtimes[kind].file)
 
+    def policy_path(self, kind: str) -> Path | None:
+        """Path of the runtime's graph without the value head, if the bundle has one."""
+        runtimes = self.manifest.runtimes
+        name = runtimes[kind].info.get("policy_file") if kind in runtimes else None
+        return None if name is None else self.path(name)
+
     def reference(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(inputs, expected outputs) keyed by the signature's input/output names."""
         path = self.path(self.manifest.reference["file"])
@@ -393,6 +401,8 @@ def _check_signature(data: dict[str, Any], where: str) -> None:
 
 def _check_file_refs(data: dict[str, Any], where: str) -> None:
     refs = [(f"runtimes.{k}.file", v.get("file") if isinstance(v, dict) else None) for k, v in data["runtimes"].items()]
+    refs += [(f"runtimes.{k}.policy_file", v["policy_file"]) for k, v in data["runtimes"].items()
+             if isinstance(v, dict) and "policy_file" in v]
     refs.append(("reference.file", data["reference"].get("file")))
     if not data["runtimes"]:
         raise BundleError(f"{where}: 'runtimes' is empty; a bundle needs at least one model file")
@@ -425,6 +435,7 @@ def verify_reference(
     rtol: float | None = None,
     atol: float | None = None,
     max_rtol: float | None = None,
+    outputs: list[str] | None = None,
 ) -> dict[str, float]:
     """Run the reference inputs through ``run`` and compare with the stored outputs.
 
@@ -432,7 +443,8 @@ def verify_reference(
     ``atol`` and ``max_rtol`` (float32 rounding relative to an output's largest magnitude,
     see ``rlserve.models.export.verify``) default to what the exporter verified with; a bundle
     written before ``max_rtol`` was recorded gets today's ``MAX_RTOL``, which only widens
-    its old bound by that rounding term. Returns the max absolute difference per output;
+    its old bound by that rounding term. ``outputs`` limits the check to those outputs (a
+    graph that computes only some). Returns the max absolute difference per output;
     raises ``BundleError`` naming the first output that disagrees.
     """
     ref = bundle.manifest.reference
@@ -440,6 +452,8 @@ def verify_reference(
     atol = float(ref.get("atol", 1e-5)) if atol is None else atol
     max_rtol = float(ref.get("max_rtol", MAX_RTOL)) if max_rtol is None else max_rtol
     inputs, expected = bundle.reference()
+    if outputs is not None:
+        expected = {name: expected[name] for name in outputs}
     actual = run(dict(inputs))
     return compare_outputs(actual, expected, rtol, atol, what=f"bundle {bundle.manifest.name!r}",
                            max_rtol=max_rtol)

@@ -2,6 +2,7 @@
 
     model ─► reference inputs (B=3) ─► eager outputs
           ─► model.onnx (dynamo exporter) ─► ONNX Runtime at B=1, 3, 64 == eager?
+          ─► model_policy.onnx (model.onnx without the value head) ─► the same check
           ─► model.ts   (jit.trace)      ─► TorchScript at B=1, 3, 64 == eager?
           ─► reference.npz + manifest.json (sha256 of everything) ─► load_bundle()
 
@@ -32,7 +33,7 @@ from rlserve.models.export.bundle import (
     write_manifest,
 )
 from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
-from rlserve.models.export.onnx import export_onnx, onnx_runner
+from rlserve.models.export.onnx import export_onnx, onnx_runner, prune_onnx
 from rlserve.models.export.reference import make_reference_inputs
 from rlserve.models.export.torchscript import export_torchscript, torchscript_runner
 from rlserve.models.export.verify import MAX_RTOL, RULE, compare_outputs
@@ -41,6 +42,7 @@ from rlserve.models.spaces import space_to_json
 
 FORMATS = ("onnx", "torchscript")
 _FILES = {"onnx": "model.onnx", "torchscript": "model.ts"}
+POLICY_ONNX_FILE = "model_policy.onnx"  # the ONNX graph without the value head
 REFERENCE_FILE = "reference.npz"
 REFERENCE_BATCH = 3  # > 1: torch.export specialises batch sizes 0 and 1
 CHECK_BATCHES = (1, 64)  # extra batch sizes every runtime must get right
@@ -128,7 +130,9 @@ def export_bundle(
         _build(model, signature, formats, reference, stage, manifest, say,
                checks=_check_batches(signature, obs_space, action_space, model_config, filter_state))
         say("writing manifest")
-        write_manifest(stage, manifest, [*(_FILES[f] for f in formats), REFERENCE_FILE])
+        files = [*(_FILES[f] for f in formats), REFERENCE_FILE]
+        files += [info["policy_file"] for info in manifest["runtimes"].values() if "policy_file" in info]
+        write_manifest(stage, manifest, files)
         _move_into_place(stage, out_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -233,6 +237,8 @@ def _build(
         say(f"verifying {fmt} against eager torch at batch sizes {[len(b['obs']) for b, _ in batches]}")
         worst[fmt] = _verify_runtime(fmt, run, batches)
         manifest["runtimes"][fmt] = {"file": path.name, **info}
+        if fmt == "onnx":
+            manifest["runtimes"][fmt]["policy_file"] = _export_policy_graph(path, signature, batches, say)
     # One dict: numpy's stubs would match separate ** unpackings against allow_pickle.
     arrays: dict[str, Any] = {f"inputs/{k}": v for k, v in reference.items()}
     arrays.update({f"outputs/{k}": v for k, v in expected.items()})
@@ -247,6 +253,22 @@ def _build(
         "max_abs_diff": worst,
         "checked_batch_sizes": sorted({len(b["obs"]) for b, _ in batches}),
     }
+
+
+def _export_policy_graph(
+    path: Path, signature: ModelSignature, batches: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+    say: Progress,
+) -> str:
+    """Write the acting graph (``path`` without the value head) beside it and verify it
+    against eager torch like the full graph; the server runs it for batches that do not
+    ask for the value."""
+    out = path.parent / POLICY_ONNX_FILE
+    say(f"pruning the value head into {out.name}")
+    prune_onnx(path, out, signature)
+    policy_batches = [(inputs, {k: v for k, v in expected.items() if k in signature.policy_output_names})
+                      for inputs, expected in batches]
+    _verify_runtime("onnx policy graph", onnx_runner(out), policy_batches)
+    return out.name
 
 
 def _check_reference_names(reference: Mapping[str, np.ndarray], signature: ModelSignature) -> None:

@@ -57,6 +57,26 @@ def export_onnx(
     return {"opset": OPSET, "exporter": EXPORTER, **versions()}
 
 
+def prune_onnx(path: str | Path, out_path: str | Path, signature: ModelSignature) -> None:
+    """Write the graph at ``path`` cut down to ``signature.policy_output_names``: the
+    nodes only the value head needs are gone, so acting does not pay for them (ONNX
+    Runtime runs every node of a graph whatever outputs a call asks for). Inputs stay
+    the signature's, in order, even one that only the value head read."""
+    import onnx
+    from onnx.utils import Extractor
+
+    model = onnx.load(str(path), load_external_data=False)
+    pruned = Extractor(model).extract_model(signature.input_names, signature.policy_output_names)
+    used = {i.name for i in pruned.graph.input}
+    if used != set(signature.input_names):  # keep the feed contract of the full graph
+        del pruned.graph.input[:]
+        pruned.graph.input.extend(model.graph.input)
+    pruned.ir_version = model.ir_version
+    onnx.checker.check_model(pruned)
+    onnx.save(pruned, str(out_path))
+    _check_io_names(out_path, signature, signature.policy_output_names)
+
+
 def batch_dynamic_shapes(model: torch.nn.Module, n_inputs: int) -> tuple[Any, ...]:
     """Axis 0 of every input is one shared symbolic batch, in forward()'s own structure.
 
@@ -108,17 +128,18 @@ def _quiet_exporter() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _check_io_names(path: str | Path, signature: ModelSignature) -> None:
+def _check_io_names(path: str | Path, signature: ModelSignature, output_names: list[str] | None = None) -> None:
     """The server feeds inputs and reads outputs by name: they must be the signature's."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     inputs = [i.name for i in graph.input]
     outputs = [o.name for o in graph.output]
-    if inputs != signature.input_names or outputs != signature.output_names:
+    expected = signature.output_names if output_names is None else output_names
+    if inputs != signature.input_names or outputs != expected:
         raise ValueError(
             f"exported ONNX graph has inputs {inputs} and outputs {outputs}; the model "
-            f"signature needs {signature.input_names} -> {signature.output_names}"
+            f"signature needs {signature.input_names} -> {expected}"
         )
 
 

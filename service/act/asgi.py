@@ -18,7 +18,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from rlserve.service.act.binary import is_raw
 from rlserve.service.act.body import read_body
+from rlserve.service.act.raw import act_raw, act_raw_nowait
 from rlserve.service.act.use_case import ActService
 from rlserve.service.errors import ErrorCounter, ServiceError, as_service_error, error_reply
 
@@ -66,9 +68,14 @@ class ActRoute:
         return ACT_PATH.match(path)
 
     def submit(self, match: re.Match[str], scope: dict[str, Any], body: bytes, reply: RouteReply) -> None:
-        self.service.act_nowait(match["name"], match["version"], body, reply)
+        if is_raw(scope["headers"]):
+            act_raw_nowait(self.service, match["name"], match["version"], scope["headers"], body, reply)
+        else:
+            self.service.act_nowait(match["name"], match["version"], body, reply)
 
     async def call(self, match: re.Match[str], scope: dict[str, Any], body: bytes) -> tuple[bytes, Headers]:
+        if is_raw(scope["headers"]):
+            return await act_raw(self.service, match["name"], match["version"], scope["headers"], body), JSON_HEADERS
         return await self.service.act(match["name"], match["version"], body), JSON_HEADERS
 
     @staticmethod

@@ -256,6 +256,8 @@ class ActService:
         self.observe_latency(accepted, "act")
         return _ENCODER.encode(payload)
 
+    finish = _finish  # the act answer's encoder, for act bodies decoded elsewhere (``act.raw``)
+
     # ------------------------------------------------------------------ sessions
 
     def _resolve(self, entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, _Binding]:

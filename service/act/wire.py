@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
+from rlserve.service.act.binary import ObservationBlock, decode_block
 from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
 from rlserve.service.step.rows import Rows
 
@@ -63,7 +64,8 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     """Observations to act on, with optional per-row session fields."""
 
     observation: Any = msgspec.UNSET
-    observations: list[Any] | msgspec.UnsetType = msgspec.UNSET
+    # A list of rows, or all rows as one base64 block (``rlserve.service.act.binary``).
+    observations: list[Any] | ObservationBlock | msgspec.UnsetType = msgspec.UNSET
     session_id: str | None = None
     session_ids: list[str | None] | None = None
     # True on the first step of an episode: resets the session (creating it if unknown).
@@ -179,6 +181,10 @@ def refusal(message: str, body: bytes) -> BadRequest:
     """The 400 for a msgspec validation error, naming the field, expected and received."""
     if message.startswith("Object contains unknown field `"):
         name = message.split("`", 2)[1]
+        if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
+            return BadRequest(f"invalid request: {message}", field="observations",
+                              expected=f"a list of rows, or a block with the keys "
+                                       f"{list(ObservationBlock.__struct_fields__)}", received=name)
         return BadRequest(f"invalid request: {message}", field=name,
                           expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
     match = _AT.match(message)
@@ -275,12 +281,14 @@ def to_rows(req: ActRequest) -> Rows:
         )
     _no_single_fields(req)
     assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
-    n = len(req.observations)
+    observations = (decode_block(req.observations) if isinstance(req.observations, ObservationBlock)
+                    else req.observations)
+    n = len(observations)
     if n == 0:
         raise BadRequest("'observations' is empty", field="observations", expected="at least one row", received=0)
     return Rows(
         single=False,
-        observations=req.observations,
+        observations=observations,
         session_ids=_column(req.session_ids, n, "session_ids", None),
         episode_starts=_column(req.episode_starts, n, "episode_starts", False),
         rewards=_column(req.rewards, n, "rewards", None),

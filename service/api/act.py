@@ -12,6 +12,8 @@ from typing import Any
 import msgspec
 from fastapi import APIRouter, Request, Response
 
+from rlserve.service.act.binary import DTYPES, is_raw
+from rlserve.service.act.raw import act_raw
 from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import ActRequest, ActResponse, schema_hook
 from rlserve.service.api.bodies import body_limit, read_body
@@ -77,10 +79,34 @@ _EXAMPLES = {
               "value": {"observations": [[0.02, -0.01, 0.03, 0.04], [0.0, 0.1, -0.05, 0.0]],
                         "session_ids": ["episode-a", "episode-b"], "episode_starts": [True, True]}},
 }
+_RAW_HEADERS = [
+    {"name": "X-Rlserve-Dtype", "in": "header", "required": False,
+     "description": "With an application/octet-stream body (required there): the dtype of its array",
+     "schema": {"type": "string", "enum": list(DTYPES)}},
+    {"name": "X-Rlserve-Shape", "in": "header", "required": False,
+     "description": "With an application/octet-stream body (required there): the array's shape "
+                    "B,d1,d2,... (B rows of the observation space's shape)",
+     "schema": {"type": "string", "pattern": "^[0-9]+(,[0-9]+)*$"}},
+    {"name": "X-Rlserve-Explore", "in": "header", "required": False,
+     "description": "With an application/octet-stream body: sample (true) or take the mode (false)",
+     "schema": {"type": "string", "enum": ["true", "false"]}},
+    {"name": "X-Rlserve-Outputs", "in": "header", "required": False,
+     "description": "With an application/octet-stream body: extra outputs, comma-separated "
+                    "(value, entropy, dist_inputs, raw_action)",
+     "schema": {"type": "string"}},
+]
 _OPENAPI_EXTRA = {
+    "parameters": _RAW_HEADERS,
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": ACT_SCHEMAS["request"], "examples": _EXAMPLES}},
+        "content": {
+            "application/json": {"schema": ACT_SCHEMAS["request"], "examples": _EXAMPLES},
+            "application/octet-stream": {
+                "schema": {"type": "string", "format": "binary",
+                           "description": "A (B, *observation_shape) array's bytes, C order, little-endian, of "
+                                          "the dtype and shape the X-Rlserve-Dtype and X-Rlserve-Shape headers "
+                                          "give; answered with the JSON batch form"}},
+        },
     },
     "responses": {
         "200": {"description": "Actions", "content": {"application/json": {"schema": ACT_SCHEMAS["response"]}}}
@@ -103,15 +129,22 @@ async def _body(request: Request) -> bytes:
     return await read_body(request, body_limit(request))
 
 
+async def _act(request: Request, name: str, version: str | None) -> Response:
+    body = await _body(request)
+    if is_raw(request.scope["headers"]):
+        answer = await act_raw(_service(request), name, version, request.scope["headers"], body)
+    else:
+        answer = await _service(request).act(name, version, body)
+    return Response(answer, media_type="application/json")
+
+
 @router.post("/v1/models/{name}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
              summary="Act on one observation or a batch (current version, or a session's version)")
 async def act(name: str, request: Request) -> Response:
-    body = await _body(request)
-    return Response(await _service(request).act(name, None, body), media_type="application/json")
+    return await _act(request, name, None)
 
 
 @router.post("/v1/models/{name}/versions/{version}/act", openapi_extra=_OPENAPI_EXTRA, responses=_ERRORS,
              summary="Act with a pinned model version")
 async def act_pinned(name: str, version: str, request: Request) -> Response:
-    body = await _body(request)
-    return Response(await _service(request).act(name, version, body), media_type="application/json")
+    return await _act(request, name, version)

@@ -2,8 +2,10 @@
 
 Requests queue as ``Job``s. One worker task per batcher waits for the first job, then
 gathers more until the batch holds ``max_rows`` rows or ``max_delay_s`` has passed since
-that first job arrived (with no delay it takes what is queued after one turn of the event
-loop, so requests parsed in the same turn share a batch). Two jobs touching the same
+that first job arrived. With no delay it takes what is queued: at once when the first job
+woke it from idle (its wake-up runs after the loop turn that parsed it, so requests that
+arrived together share a batch), after one more loop turn when jobs queued while the
+previous batch ran. Two jobs touching the same
 session never share a batch: the later one waits for the next, so one session's steps
 apply in arrival order.
 
@@ -178,8 +180,12 @@ class Batcher:
 
     async def _work(self) -> None:
         while True:
-            await self._wait_for(1, None)
-            if self.enabled:
+            idle = await self._wait_for(1, None)
+            # Woken from idle by a request without a batching window: every request that
+            # arrived with it was parsed in the same loop turn (the wake-up runs after that
+            # turn's I/O callbacks), so the batch runs now; one request at a time on a
+            # quiet server (one environment stepping) pays no extra loop turn.
+            if self.enabled and (self.max_delay_s > 0 or not idle):
                 await self._fill()
             batch = self._take()
             if not batch:
@@ -193,10 +199,11 @@ class Batcher:
                 for job in batch:
                     self._fail(job, BatchFailed(f"model {self.name}: internal error while batching"))
 
-    async def _wait_for(self, rows: int, timeout: float | None) -> None:
-        """Sleep until ``rows`` rows are queued or ``timeout`` seconds pass."""
+    async def _wait_for(self, rows: int, timeout: float | None) -> bool:
+        """Sleep until ``rows`` rows are queued or ``timeout`` seconds pass; False if there
+        already were, without sleeping."""
         if self._rows_queued >= rows:
-            return
+            return False
         loop = asyncio.get_running_loop()
         self._need_rows = rows
         self._waiter = waiter = loop.create_future()
@@ -207,6 +214,7 @@ class Batcher:
             self._waiter = None
             if timer is not None:
                 timer.cancel()
+        return True
 
     async def _fill(self) -> None:
         if self.max_delay_s <= 0:

@@ -53,10 +53,11 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
         runtime = open_runtime(
             kind, bundle.runtime_path(kind), input_names=manifest.input_names,
             output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
-            use_gpu=settings.use_gpu,
+            use_gpu=settings.use_gpu, policy_path=bundle.policy_path(kind),
         )
         if settings.verify_on_load:
             verify_reference(bundle, runtime.run)
+            verify_reference(bundle, runtime.run_policy, outputs=manifest.signature.policy_output_names)
         pipeline = Pipeline.from_manifest(manifest)
     except (BundleError, ValueError, OSError, RuntimeError) as exc:
         # A runtime names the files it could not read by their full path.

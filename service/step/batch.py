@@ -108,13 +108,14 @@ class BatchStep:
         if self.stateful:
             slots = self._slots(steps)
             self._gather(steps, slots, inputs)
-        outputs = self.runtime.run(inputs)
+        wants_value = any("value" in s.extras for s in steps)
+        outputs = self.runtime.run(inputs, value=wants_value)
         dist_inputs = outputs["dist_inputs"]
         dist_inputs = self._apply_masks(steps, dist_inputs)
         actions, logp, entropy = self._act(steps, dist_inputs)
         if self.stateful:
             self._scatter(outputs, slots, actions)
-        results = self._split(steps, actions, logp, entropy, outputs["value"], dist_inputs)
+        results = self._split(steps, actions, logp, entropy, outputs["value"] if wants_value else None, dist_inputs)
         self._advance(steps, results)
         return results
 
@@ -207,14 +208,29 @@ class BatchStep:
     def _act(self, steps: list[Step], dist_inputs: np.ndarray) -> tuple[Any, Any, Any]:
         spec = self.pipeline.dist_spec
         dist = spec.build(dist_inputs)
-        modes = {s.explore for s in steps}
-        if len(modes) == 1:
-            explore = np.full(dist_inputs.shape[0], modes.pop())
-        else:
-            explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
-        epsilon = self._epsilons(steps, explore) if self.q_policy else None
+        explore = steps[0].explore
+        uniform = all(s.explore is explore and not any(s.rngs) for s in steps)
+        rows_explore = (np.full(dist_inputs.shape[0], explore) if uniform
+                        else np.repeat([s.explore for s in steps], [s.rows for s in steps]))
+        epsilon = self._epsilons(steps, rows_explore) if self.q_policy else None
         if epsilon is not None:
             dist.set_epsilon(epsilon)  # type: ignore[attr-defined]
+        if uniform:
+            # The common batch: one mode for every row, no seeded session. The sample's
+            # logp skips re-validating indices the distribution drew itself.
+            actions = dist.sample(self.rng) if explore else dist.deterministic_sample()
+            logp = _optional(dist.logp_of_sample)
+        else:
+            actions = self._act_mixed(steps, dist, dist_inputs, rows_explore, epsilon)
+            logp = _optional(lambda: dist.logp(actions))
+        wants_entropy = any("entropy" in s.extras for s in steps)
+        entropy = _optional(dist.entropy) if wants_entropy else None
+        return actions, logp, entropy
+
+    def _act_mixed(self, steps: list[Step], dist: Any, dist_inputs: np.ndarray, explore: np.ndarray,
+                   epsilon: np.ndarray | None) -> Any:
+        """Rows that explore and rows that do not, or rows of seeded sessions."""
+        spec = self.pipeline.dist_spec
         if explore.all():
             actions = dist.sample(self.rng)
         elif not explore.any():
@@ -225,19 +241,15 @@ class BatchStep:
         # was accepted), one row at a time, so an episode replays whatever shares its batch.
         start = 0
         for step in steps:
-            if step.rngs:
-                for offset, rng in enumerate(step.rngs):
-                    row = start + offset
-                    if rng is not None and explore[row]:
-                        own = spec.build(dist_inputs[row:row + 1])
-                        if epsilon is not None:
-                            own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
-                        tree_set_row(actions, row, own.sample(rng))
+            for offset, rng in enumerate(step.rngs):
+                row = start + offset
+                if rng is not None and explore[row]:
+                    own = spec.build(dist_inputs[row:row + 1])
+                    if epsilon is not None:
+                        own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
+                    tree_set_row(actions, row, own.sample(rng))
             start += step.rows
-        logp = _optional(lambda: dist.logp(actions))
-        wants_entropy = any("entropy" in s.extras for s in steps)
-        entropy = _optional(dist.entropy) if wants_entropy else None
-        return actions, logp, entropy
+        return actions
 
     @staticmethod
     def _epsilons(steps: list[Step], explore: np.ndarray) -> np.ndarray:
@@ -257,7 +269,7 @@ class BatchStep:
             actions=actions,
             actions_json=codec.encode_batch(self.pipeline.action_space, actions),
             logp=floats_json(logp),
-            value=floats_json(value) if any("value" in s.extras for s in steps) else None,
+            value=floats_json(value),  # None unless a request asked for it
             entropy=floats_json(entropy),
             # A Q-policy's q_values are its dist_inputs (see Preparer.q_policy): one list for both.
             dist_inputs=dist_inputs.tolist() if any(not s.extras.isdisjoint(_DIST_INPUT_NAMES) for s in steps)

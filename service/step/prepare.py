@@ -13,11 +13,12 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from gymnasium import spaces as gs
 
 from rlserve.service.errors import InvalidInput
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.sessions.store import Session
-from rlserve.service.step import codec, masks, windows
+from rlserve.service.step import codec, columns, masks, windows
 from rlserve.service.step.codec import F32_LIMIT, F32_MAX
 from rlserve.service.step.rows import Rows
 
@@ -70,6 +71,7 @@ class Preparer:
         self.mask_in_obs = (hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict)
                             and MASK_KEY in obs_space.spaces)
         self._decode_obs = codec.decode_value.dispatch(type(obs_space))  # skip per-call dispatch
+        self._decode_column = columns.decode_column.dispatch(type(obs_space))
         self.plain_width = self._plain_box_width()
         # The codec already refused non-finite values of the space's own dtype; the model
         # input can still overflow when it is narrower (a float64 Box fed as float32) or a
@@ -133,6 +135,8 @@ class Preparer:
         decoded: list[Any] | np.ndarray
         if rows.decoded:
             decoded = rows.observations
+        elif isinstance(rows.observations, np.ndarray):  # one binary block of rows
+            decoded = self._decode_block(rows.observations)
         elif rows.single:
             decoded = [self._decode_obs(space, rows.observations[0], field)]
         else:
@@ -151,6 +155,15 @@ class Preparer:
             mask=self._masks(rows, decoded) if rows.has_masks or self.mask_in_obs else None,
             rows=n,
         )
+
+    def _decode_block(self, block: np.ndarray) -> np.ndarray:
+        """A ``(B, *obs_shape)`` block validated as a whole, as the codec validates each row
+        (shape, casts that lose nothing, finite floats); errors name the first bad row."""
+        space = self.pipeline.obs_space
+        if not isinstance(space, gs.Box):
+            raise InvalidInput("observations: a binary block needs a Box observation space", field="observations",
+                               expected=codec.describe_space(space), received="a binary block")
+        return self._decode_column(space, block, "observations")
 
     def _preprocess(self, decoded: list[Any] | np.ndarray, field: str) -> np.ndarray:
         try:

@@ -19,6 +19,9 @@ SPECS: dict[str, dict[str, Any]] = {
     # Feedforward, Discrete(3): both runtimes, so runtime choice can be tested.
     "mlp": {"obs": OBS, "act": gs.Discrete(3), "config": {"fcnet_hiddens": [16, 16]},
             "formats": ["onnx", "torchscript"]},
+    # A separate value tower (RLlib's PPO setting): its pruned policy graph drops a whole MLP.
+    "vf_tower": {"obs": OBS, "act": gs.Discrete(3),
+                 "config": {"fcnet_hiddens": [16, 16], "vf_share_layers": False}},
     # LSTM reading the previous (Box) action and reward.
     "lstm": {"obs": OBS, "act": gs.Box(-1.0, 1.0, (2,), np.float32),
              "config": {"fcnet_hiddens": [16], "use_lstm": True, "lstm_cell_size": 8,

@@ -216,10 +216,10 @@ async def test_failing_batch_fails_only_its_requests(make_client):
     policy = app.state.registry.entry("mlp").policy()
     real_run = policy.runtime.run
 
-    def flaky(inputs):
+    def flaky(inputs, **options):
         if np.any(inputs["obs"][:, 0] == 0.5):
             raise RuntimeError("device fault")
-        return real_run(inputs)
+        return real_run(inputs, **options)
 
     policy.runtime.run = flaky
     poisoned = [client.post("/v1/models/mlp/act", json={"observation": [0.5, 0, 0, 0]}),

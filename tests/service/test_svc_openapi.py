@@ -46,9 +46,14 @@ async def test_every_documented_error_has_the_error_body_and_fastapis_422_is_gon
 async def test_the_act_request_schema_states_the_two_forms(make_client):
     _, client = make_client(("mlp",))
     spec = (await client.get("/openapi.json")).json()
-    schema = spec["components"]["schemas"]["ActRequest"]
+    # The schema refers to its components (ObservationBlock): validate inside the document.
+    schema = {"$ref": "#/components/schemas/ActRequest", "components": spec["components"]}
     valid = jsonschema_rs.validator_for(schema).is_valid
     assert valid({"observation": OBS}) and valid({"observations": [OBS], "session_ids": ["a"], "seeds": [1]})
+    block = {"b64": "AAAAAA==", "dtype": "float32", "shape": [1, 1]}
+    assert valid({"observations": block, "explore": False})
+    assert not valid({"observations": {**block, "dtype": "complex64"}})
+    assert not valid({"observations": {**block, "extra": 1}})
     assert valid({"observation": OBS, "session_id": "a", "seed": 3, "session_ids": None})
     for body in ({}, {"explore": True}, {"observation": OBS, "observations": [OBS]}, {"observations": []},
                  {"observation": OBS, "seeds": [1]}, {"observations": [OBS], "seed": 1},

@@ -24,7 +24,8 @@ _ORT_TYPES = {
 class OnnxRuntime:
     kind = "onnx"
 
-    def __init__(self, path: Path, *, intra_op_threads: int = 1, use_gpu: bool = True):
+    def __init__(self, path: Path, *, intra_op_threads: int = 1, use_gpu: bool = True,
+                 policy_path: Path | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -37,6 +38,13 @@ class OnnxRuntime:
         if use_gpu and "CUDAExecutionProvider" in available:
             providers.insert(0, "CUDAExecutionProvider")
         self._session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        # The same graph without the value head (bundles exported since it exists): what a
+        # batch that nobody asked the value of runs. ONNX Runtime would run every node of
+        # the full graph whatever outputs were requested.
+        self._policy_session = (None if policy_path is None else
+                                ort.InferenceSession(str(policy_path), sess_options=options, providers=providers))
+        self._policy_outputs = ([] if self._policy_session is None else
+                                [o.name for o in self._policy_session.get_outputs()])
         self.providers = self._session.get_providers()
         self.device = "cuda:0" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
         self.input_dtypes = {i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()}
@@ -44,10 +52,17 @@ class OnnxRuntime:
         self._run_options = ort.RunOptions()
         log.info("onnx runtime %s on %s (providers %s)", path.name, self.device, self.providers)
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
         feed = {name: inputs[name] for name in self.input_dtypes}
+        if not value and self._policy_session is not None:
+            outputs = self._policy_session.run(self._policy_outputs, feed, self._run_options)
+            return dict(zip(self._policy_outputs, outputs, strict=True))
         outputs = self._session.run(self.output_names, feed, self._run_options)
         return dict(zip(self.output_names, outputs, strict=True))
 
+    def run_policy(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.run(inputs, value=False)
+
     def describe(self) -> dict[str, object]:
-        return {"kind": self.kind, "device": self.device, "providers": list(self.providers)}
+        return {"kind": self.kind, "device": self.device, "providers": list(self.providers),
+                "policy_graph": self._policy_session is not None}

@@ -36,7 +36,8 @@ class TorchScriptRuntime:
         self.input_dtypes = {name: np.dtype(np.float32) for name in self._input_names}
         log.info("torchscript runtime %s on %s", path.name, self.device)
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
+        """Every output (the module has one graph; ``value=False`` changes nothing)."""
         torch = self._torch
         args = [torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self._device) for name in self._input_names]
         with torch.inference_mode():
@@ -44,6 +45,9 @@ class TorchScriptRuntime:
         if isinstance(outputs, torch.Tensor):
             outputs = (outputs,)
         return {name: out.detach().cpu().numpy() for name, out in zip(self.output_names, outputs, strict=True)}
+
+    def run_policy(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.run(inputs, value=False)
 
     def describe(self) -> dict[str, object]:
         return {"kind": self.kind, "device": self.device}
