@@ -53,7 +53,7 @@ class BinaryAutoregressive(ActionDistribution):
             raise ValueError(f"{type(self).__name__}: dist inputs need {n1 + n1 * n2} columns, got {self.inputs.shape}")
         _reject_nan(self.inputs, type(self).__name__)
         self.n1, self.n2 = int(n1), int(n2)
-        self.a1 = _Cat(self.inputs[:, :n1])
+        self.a1 = _Cat(self.inputs[:, :n1], type(self).__name__)
         self._a2_logits = self.inputs[:, n1:].reshape(-1, n1, n2)
         self._rng: np.random.Generator | None = None
 
@@ -79,11 +79,11 @@ class BinaryAutoregressive(ActionDistribution):
     def _sample(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         self._rng = rng
         a1 = sample_index(self.a1.probs, rng)
-        return a1, sample_index(_Cat(self.a2_logits(a1)).probs, rng)
+        return a1, sample_index(_Cat(self.a2_logits(a1), type(self).__name__).probs, rng)
 
     def _mode(self) -> tuple[np.ndarray, np.ndarray]:
         a1 = self.a1.mode()
-        return a1, _Cat(self.a2_logits(a1)).mode()
+        return a1, _Cat(self.a2_logits(a1), type(self).__name__).mode()
 
     def _columns(self, actions: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(actions, tuple | list):
@@ -100,11 +100,11 @@ class BinaryAutoregressive(ActionDistribution):
     def logp(self, actions: Any) -> np.ndarray:
         a1, a2 = self._columns(actions)
         where = f"{type(self).__name__}.logp"
-        return (self.a1.logp(a1, where) + _Cat(self.a2_logits(a1)).logp(a2, where)).astype(F32)
+        return (self.a1.logp(a1, where) + _Cat(self.a2_logits(a1), type(self).__name__).logp(a2, where)).astype(F32)
 
     def entropy_given(self, a1: Any) -> np.ndarray:
         """H(a1) + H(a2 | a1) for the given a1 (B,)."""
-        return (self.a1.entropy() + _Cat(self.a2_logits(a1)).entropy()).astype(F32)
+        return (self.a1.entropy() + _Cat(self.a2_logits(a1), type(self).__name__).entropy()).astype(F32)
 
     def entropy(self) -> np.ndarray:
         rng = self._rng if self._rng is not None else np.random.default_rng()

@@ -92,7 +92,7 @@ _RAW_HEADERS = [
      "schema": {"type": "string", "enum": ["true", "false"]}},
     {"name": "X-Rlserve-Outputs", "in": "header", "required": False,
      "description": "With an application/octet-stream body: extra outputs, comma-separated "
-                    "(value, entropy, dist_inputs, raw_action)",
+                    "(value, entropy, dist_inputs, q_values, raw_action)",
      "schema": {"type": "string"}},
 ]
 _OPENAPI_EXTRA = {

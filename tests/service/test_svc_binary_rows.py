@@ -120,7 +120,7 @@ async def test_an_int_block_for_an_integer_space_is_range_checked(make_client):
     ({"x-rlserve-shape": "[5, 4]"}, "X-Rlserve-Shape"),
     ({"x-rlserve-shape": "6,4"}, "body"),
     ({"x-rlserve-explore": "maybe"}, "X-Rlserve-Explore"),
-    ({"x-rlserve-outputs": "value,q_values"}, "X-Rlserve-Outputs"),
+    ({"x-rlserve-outputs": "value,advantages"}, "X-Rlserve-Outputs"),
 ])
 async def test_raw_bodies_with_bad_headers_are_refused_naming_the_header(make_client, headers, field):
     _, client = make_client(("mlp",))
