@@ -2,10 +2,9 @@
 
 Requests queue as ``Job``s. One worker task per batcher waits for the first job, then
 gathers more until the batch holds ``max_rows`` rows or ``max_delay_s`` has passed since
-that first job arrived. With no delay it takes what is queued: at once when the first job
-woke it from idle (its wake-up runs after the loop turn that parsed it, so requests that
-arrived together share a batch), after one more loop turn when jobs queued while the
-previous batch ran. Two jobs touching the same
+that first job arrived. With no delay it takes what is queued after one more turn of the
+event loop, so requests parsed in the same turn share a batch; a lone client (the previous
+batch held one request and the worker sat idle) skips that turn. Two jobs touching the same
 session never share a batch: the later one waits for the next, so one session's steps
 apply in arrival order.
 
@@ -113,6 +112,7 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        self._last_jobs = 0  # requests in the last batch
 
     @property
     def queued_rows(self) -> int:
@@ -181,11 +181,12 @@ class Batcher:
     async def _work(self) -> None:
         while True:
             idle = await self._wait_for(1, None)
-            # Woken from idle by a request without a batching window: every request that
-            # arrived with it was parsed in the same loop turn (the wake-up runs after that
-            # turn's I/O callbacks), so the batch runs now; one request at a time on a
-            # quiet server (one environment stepping) pays no extra loop turn.
-            if self.enabled and (self.max_delay_s > 0 or not idle):
+            # Without a batching window, one more loop turn lets requests that arrive just
+            # after the first join its batch. A lone client (the last batch held one
+            # request, and the worker was idle until this one) gains nothing from it, so
+            # its batch runs at once; as soon as batches hold several requests the extra
+            # turn is back, keeping batches whole under concurrent load.
+            if self.enabled and (self.max_delay_s > 0 or not idle or self._last_jobs > 1):
                 await self._fill()
             batch = self._take()
             if not batch:
@@ -278,6 +279,7 @@ class Batcher:
                 self._fail(job, NotReady(f"model {self.name} was unloaded"))
             raise
         info = BatchInfo(next(_batch_ids), rows, len(batch), time.perf_counter() - started)
+        self._last_jobs = len(batch)
         for job, result in zip(batch, results, strict=True):
             if isinstance(result, ServiceError):
                 self._fail(job, result)

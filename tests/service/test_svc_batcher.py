@@ -177,3 +177,19 @@ async def test_submit_nowait_refuses_at_once_when_the_queue_is_full():
     with pytest.raises(QueueFull):
         b.submit_nowait(Job(2, 1), lambda r, i, e: None)
     await b.close()
+
+
+async def test_without_a_window_requests_of_one_turn_share_a_batch_after_a_lone_client():
+    """A lone client's batch runs without the extra loop turn, yet requests that arrive in
+    the same loop turn still share one batch, and jobs queued during a batch join the next
+    one whole (the extra turn is back once batches hold several requests)."""
+    rec = Recorder()
+    b = _batcher(rec)
+    assert (await b.submit(Job(1, 1)))[0] == 10  # a lone client, twice
+    assert (await b.submit(Job(2, 1)))[0] == 20
+    results = await asyncio.gather(*(b.submit(Job(i, 1)) for i in range(3, 7)))
+    assert [r for r, _ in results] == [30, 40, 50, 60]
+    assert rec.batches == [[1], [2], [3, 4, 5, 6]]
+    results = await asyncio.gather(*(b.submit(Job(i, 1)) for i in range(7, 10)))
+    assert rec.batches[-1] == [7, 8, 9]
+    await b.close()
