@@ -97,15 +97,14 @@ def _ensure_builtins() -> None:
         rnn_model,
     )
 
-    for name in ("action_mask", *action_mask.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, action_mask.ActionMaskModel)
-    for name in ("rnn_model", *rnn_model.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, rnn_model.TorchRNNModel)
-    for name in ("frame_stacking", *frame_stacking.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, frame_stacking.TorchFrameStackingCartPoleModel)
-    for name in ("batch_norm", *batch_norm.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, batch_norm.TorchBatchNormModel)
-    for name in ("parametric_actions", *parametric_actions.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, parametric_actions.TorchParametricActionsModel)
-    for name in ("autoregressive_model", *autoregressive.RLLIB_PATHS):
-        _REGISTRY.setdefault(name, autoregressive.AutoregressiveActionModel)
+    builtins = (
+        ("action_mask", action_mask, action_mask.ActionMaskModel),
+        ("rnn_model", rnn_model, rnn_model.TorchRNNModel),
+        ("frame_stacking", frame_stacking, frame_stacking.TorchFrameStackingCartPoleModel),
+        ("batch_norm", batch_norm, batch_norm.TorchBatchNormModel),
+        ("parametric_actions", parametric_actions, parametric_actions.TorchParametricActionsModel),
+        ("autoregressive_model", autoregressive, autoregressive.AutoregressiveActionModel),
+    )
+    for short_name, module, cls in builtins:
+        for name in (short_name, *module.RLLIB_PATHS):
+            _REGISTRY.setdefault(name, cls)

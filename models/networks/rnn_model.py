@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rlserve.models.networks.custom_policy import RecurrentCustomModel
+from rlserve.models.networks.wrapper_inputs import positive_int
 
 RLLIB_PATHS = (
     "ray.rllib.examples._old_api_stack.models.rnn_model.TorchRNNModel",
@@ -43,9 +44,9 @@ class TorchRNNModel(RecurrentCustomModel):
         super().__init__()
         if not num_outputs:
             raise ValueError("TorchRNNModel: needs num_outputs (it cannot be wrapped by use_lstm/use_attention)")
-        for key, value in (("fc_size", fc_size), ("lstm_state_size", lstm_state_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"model_config.custom_model_config.{key}: expected a positive int, received {value!r}")
+        sizes = {"fc_size": fc_size, "lstm_state_size": lstm_state_size}
+        for key in sizes:
+            positive_int(sizes, key, "model_config.custom_model_config")
         self.obs_shape = tuple(int(d) for d in obs_space.shape)
         self.num_outputs = int(num_outputs)
         self.lstm_state_size = lstm_state_size

@@ -12,6 +12,7 @@ takes the class count as data) and carries no buffers that a weight file would l
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +24,11 @@ from torch import nn
 from rlserve.models.spaces import Simplex, shape_of
 
 
-def positive_int(cfg: dict[str, Any], key: str) -> int:
-    """``cfg[key]`` if it is an int >= 1 (not a bool), else a ValueError naming the key."""
+def positive_int(cfg: Mapping[str, Any], key: str, where: str = "model_config") -> int:
+    """``cfg[key]`` if it is an int >= 1 (not a bool), else a ValueError naming ``where.key``."""
     value = cfg[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"model_config.{key}: expected a positive int, received {value!r}")
+        raise ValueError(f"{where}.{key}: expected a positive int, received {value!r}")
     return value
 
 
