@@ -31,6 +31,9 @@ from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.workers")
 
+# A worker's exit status when its start was refused (``serve`` returns it when a
+# ``--checkpoint`` does not load); the supervisor then stops and returns it too.
+STARTUP_REFUSED = 2
 QUICK_EXIT_S = 10.0  # a worker that dies this soon after its start counts as failing to start
 MAX_QUICK_EXITS = 3
 
@@ -59,6 +62,13 @@ def run_workers(settings: Settings) -> int:
                     continue
                 quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT_S else 0
                 log.warning("worker %d (pid %s) exited with %s", index, process.pid, process.exitcode)
+                if process.exitcode == STARTUP_REFUSED:
+                    # A named checkpoint did not load (the worker printed why): every
+                    # restart would fail the same way, and the command must say so.
+                    log.error("worker %d refused to start; stopping", index)
+                    stopping.set()
+                    status = STARTUP_REFUSED
+                    break
                 if quick_exits >= MAX_QUICK_EXITS:
                     log.error("workers keep exiting right after they start; stopping")
                     stopping.set()
@@ -92,7 +102,7 @@ def _worker(settings: Settings, sock: socket.socket) -> None:
     from rlserve.service.server import serve
 
     threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
-    raise SystemExit(serve(settings, sockets=[sock]))  # 2: a named checkpoint did not load
+    raise SystemExit(serve(settings, sockets=[sock]))  # STARTUP_REFUSED: a named checkpoint did not load
 
 
 def _stop_with_parent(parent: int) -> None:

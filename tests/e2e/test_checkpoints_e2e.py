@@ -142,9 +142,13 @@ def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
     _close(got["value"], fixed["value"][:10], f"{case_id}: value")
 
 
-def test_a_checkpoint_that_does_not_load_stops_the_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "two-workers"])
+def test_a_checkpoint_that_does_not_load_stops_the_start(tmp_path: Path, workers: list[str]) -> None:
+    """Exit status 2 and the reason, whether one process serves or a supervisor runs workers
+    (which must not restart them forever)."""
     not_a_checkpoint = tmp_path / "no-such-checkpoint"
-    proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", "--checkpoint", f"mine={not_a_checkpoint}"],
+    proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", *workers,
+                           "--checkpoint", f"mine={not_a_checkpoint}"],
                           capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")})
     assert proc.returncode == 2, proc.stderr
