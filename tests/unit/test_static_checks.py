@@ -1,7 +1,9 @@
 """The linter and the type checker pass on the repository (DESIGN.md: "a type checker and a
 linter in CI"). Both run as subprocesses from the repository root, so they read the
 ``[tool.ruff]`` and ``[tool.mypy]`` sections of pyproject.toml exactly as a developer's
-``ruff check .`` would. Their caches go under the system temp dir so the checkout stays clean.
+``ruff check .`` would. Their caches go under the system temp dir so the checkout stays clean,
+in a folder of this checkout's own (two checkouts checked at once must not relink each
+other's package tree).
 
 mypy cannot follow setuptools' editable-install finder, so it reads the packages through a
 tree of links laid out as the wheel installs them (``rlserve/models``, ``rlserve/service``,
@@ -10,6 +12,7 @@ tree of links laid out as the wheel installs them (``rlserve/models``, ``rlserve
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -18,7 +21,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(tempfile.gettempdir()) / "rlserve-static-checks"
+CACHE = Path(tempfile.gettempdir()) / f"rlserve-static-checks-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
 
 
 
