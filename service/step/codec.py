@@ -87,23 +87,41 @@ def _from_b64(space: gs.Box, data: Mapping[str, Any], field: str) -> np.ndarray:
     return _cast(space, arr, field, data)
 
 
+def cast_problem(arr: np.ndarray, target: np.dtype) -> tuple[str, np.ndarray] | None:
+    """Why ``arr`` cannot be cast to ``target`` without changing a value (a message and the
+    mask of the values at fault), or None. Shared by every decoder of numbers (here and the
+    column decoder of ``rlserve.service.step.columns``), which word the refusal themselves."""
+    if target.kind in "iu":
+        if arr.dtype.kind == "f":
+            bad = ~np.isfinite(arr) | (arr != np.round(arr))
+            if bad.any():
+                return f"expected integers for dtype {target.name}", bad
+        if arr.size:
+            info = np.iinfo(target)
+            bad = (arr < info.min) | (arr > info.max)
+            if bad.any():
+                return f"values outside the range of {target.name}", bad
+    elif target.kind == "b" and arr.size and arr.dtype.kind != "b":
+        bad = (arr != 0) & (arr != 1)
+        if bad.any():
+            return "expected booleans", bad
+    return None
+
+
+def cast_unchecked(arr: np.ndarray, target: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):  # a float overflow becomes inf, which the callers refuse
+        return arr.astype(target)
+
+
 def _cast(space: gs.Space, arr: np.ndarray, field: str, data: Any) -> np.ndarray:
     """Cast to the space dtype, refusing values that the dtype cannot hold."""
     target = np.dtype(space.dtype)
     if arr.dtype == target:
         return arr
-    if target.kind in "iu":
-        if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-                raise _fail(field, f"expected integers for dtype {target.name}", space, data)
-        if arr.size:
-            info = np.iinfo(target)
-            if arr.min() < info.min or arr.max() > info.max:
-                raise _fail(field, f"values outside the range of {target.name}", space, data)
-    elif target.kind == "b" and arr.size and not np.all((arr == 0) | (arr == 1)):
-        raise _fail(field, "expected booleans", space, data)
-    with np.errstate(over="ignore"):  # a float overflow becomes inf, which callers reject
-        return arr.astype(target)
+    problem = cast_problem(arr, target)
+    if problem is not None:
+        raise _fail(field, problem[0], space, data)
+    return cast_unchecked(arr, target)
 
 
 def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -30,6 +30,7 @@ from gymnasium import spaces as gs
 from rlserve.models.distributions.structure import flatten_leaves, leaf_spaces
 from rlserve.models.spaces import Simplex
 from rlserve.service.errors import InvalidInput
+from rlserve.service.step import codec
 from rlserve.service.step.codec import describe_space
 
 __all__ = ["decode_column", "observations_from_columns", "values_from_columns", "action_columns",
@@ -70,32 +71,17 @@ def _check_shape(space: gs.Space, arr: np.ndarray, field: str, shape: tuple[int,
 
 
 def _cast(space: gs.Space, arr: np.ndarray, field: str) -> np.ndarray:
-    """``arr`` in the space's dtype, refusing values that dtype cannot hold (as the codec)."""
+    """``arr`` in the space's dtype, refusing values that dtype cannot hold (as the codec),
+    naming the first value at fault."""
     target = np.dtype(space.dtype)
     if arr.dtype == target:
         return arr
-    if target.kind in "iu":
-        if arr.dtype.kind == "f":
-            bad = ~np.isfinite(arr) | (arr != np.round(arr))
-            if bad.any():
-                row, index = _first(bad)
-                raise _fail(field, f"expected integers for dtype {target.name}; {_at(row, index)} is "
-                            f"{arr[(row, *index)].item()!r}", space, _received(arr))
-        if arr.size:
-            info = np.iinfo(target)
-            bad = (arr < info.min) | (arr > info.max)
-            if bad.any():
-                row, index = _first(bad)
-                raise _fail(field, f"{_at(row, index)}: {arr[(row, *index)].item()!r} is outside the range of "
-                            f"{target.name}", space, _received(arr))
-    elif target.kind == "b" and arr.size and arr.dtype.kind != "b":
-        bad = (arr != 0) & (arr != 1)
-        if bad.any():
-            row, index = _first(bad)
-            raise _fail(field, f"expected booleans; {_at(row, index)} is {arr[(row, *index)].item()!r}",
-                        space, _received(arr))
-    with np.errstate(over="ignore"):  # a float overflow becomes inf, which the callers refuse
-        return arr.astype(target)
+    problem = codec.cast_problem(arr, target)
+    if problem is not None:
+        message, bad = problem
+        row, index = _first(bad)
+        raise _fail(field, f"{message}; {_at(row, index)} is {arr[(row, *index)].item()!r}", space, _received(arr))
+    return codec.cast_unchecked(arr, target)
 
 
 def _finite(space: gs.Space, arr: np.ndarray, field: str) -> np.ndarray:
