@@ -30,7 +30,7 @@ def oracle_case(oracle_case_name: str):
 
 @pytest.fixture
 def redis_server(tmp_path_factory):
-    """A real redis-server of its own for one test (skipped without the binary, failed under CI)."""
+    """A real redis-server of its own for one test (the test fails without the binary, see tests/redis_server.py)."""
     from redis_server import running_redis
 
     with running_redis(tmp_path_factory.mktemp("redis")) as server:
