@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +24,16 @@ import numpy as np
 
 MODEL = "cartpole-memory"  # the embedded LSTM policy (obs Box(2), Discrete(2))
 ACT = f"/v1/models/{MODEL}/act"
+
+
+def model_repository(parent: Path) -> Path:
+    """A repository under ``parent`` holding a copy of the embedded ``MODEL`` only."""
+    from rlserve.service.app import DEFAULT_MODELS
+
+    repo = parent / "models"
+    repo.mkdir()
+    shutil.copytree(DEFAULT_MODELS / MODEL, repo / MODEL)
+    return repo
 
 
 def observation(session: int, t: int) -> list[float]:

@@ -32,10 +32,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleet import MODEL, Fleet, assert_same_episodes, reference_run, run_episodes, step_body
+from fleet import MODEL, Fleet, assert_same_episodes, model_repository, reference_run, run_episodes, step_body
 from server_process import REPO, ServerProcess, free_port
-
-from rlserve.service.app import DEFAULT_MODELS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -82,10 +80,7 @@ def _metric(text: str, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def repository(tmp_path) -> Path:
-    repo = tmp_path / "models"
-    repo.mkdir()
-    shutil.copytree(DEFAULT_MODELS / MODEL, repo / MODEL)
-    return repo
+    return model_repository(tmp_path)
 
 
 class Balancer:

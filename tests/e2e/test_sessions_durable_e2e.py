@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from fleet import (
     Lane,
     Replica,
     assert_same_episodes,
+    model_repository,
     observation,
     reference_run,
     run_episodes,
@@ -46,10 +46,7 @@ SESSIONS, STEPS = 200, 10
 
 @pytest.fixture
 def repository(tmp_path) -> Path:
-    repo = tmp_path / "models"
-    repo.mkdir()
-    shutil.copytree(DEFAULT_MODELS / MODEL, repo / MODEL)
-    return repo
+    return model_repository(tmp_path)
 
 
 @pytest.fixture
