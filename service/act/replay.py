@@ -64,6 +64,8 @@ def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: 
         response.entropy = entropy
     if "dist_inputs" in step.extras and dist_inputs is not None:
         response.dist_inputs = dist_inputs
+    if "q_values" in step.extras and dist_inputs is not None:  # a Q-policy's dist_inputs
+        response.q_values = dist_inputs
     if "raw_action" in step.extras:
         response.raw_action = raw_action
     return response

@@ -101,7 +101,7 @@ class _Options:
     clip_actions: bool | None
     debug: bool = False
     epsilon: float | None = None
-    step: int | None = None  # no step index: other formats do not carry one
+    step: int | None = None  # the step index, where the format carries one (KServe v2's parameters.step)
 
 
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
@@ -152,11 +152,11 @@ class ActService:
 
     def accept_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
                     extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
-                    started: float | None = None, epsilon: float | None = None) -> Accepted:
+                    started: float | None = None, epsilon: float | None = None, step: int | None = None) -> Accepted:
         """A request another wire format already decoded into ``rows``: validated, its
         sessions bound, ready for ``submit_nowait`` or ``submit``. Raises (before any
         session changed) if it is refused."""
-        options = _Options(explore, extras, unsquash, clip, epsilon=epsilon)
+        options = _Options(explore, extras, unsquash, clip, epsilon=epsilon, step=step)
         return self._accept(name, version, rows, options, time.perf_counter() if started is None else started)
 
     def accept_later(self, miss: SessionMiss, accept: Callable[[], tuple[Accepted, Encode]], reply: Reply) -> None:

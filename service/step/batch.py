@@ -325,14 +325,14 @@ _ANSWERS = msgspec.msgpack.Encoder()
 def pack_answer(step_index: int, result: StepOutput, offset: int, extras: frozenset[str]) -> bytes:
     """One row's answer, kept for a retry: [step index, action, logp, value, entropy,
     dist_inputs] (the JSON values the response was built from; None where not computed
-    or not asked for)."""
+    or not asked for; a Q-policy's q_values are its dist_inputs)."""
     batch, row = result.batch, result.start + offset
 
-    def pick(values: list[Any] | None, name: str | None = None) -> Any:
-        return None if values is None or (name is not None and name not in extras) else values[row]
+    def pick(values: list[Any] | None, *names: str) -> Any:
+        return None if values is None or (names and extras.isdisjoint(names)) else values[row]
 
     return _ANSWERS.encode([step_index, batch.actions_json[row], pick(batch.logp), pick(batch.value, "value"),
-                            pick(batch.entropy, "entropy"), pick(batch.dist_inputs, "dist_inputs")])
+                            pick(batch.entropy, "entropy"), pick(batch.dist_inputs, *_DIST_INPUT_NAMES)])
 
 
 def _optional(fn):

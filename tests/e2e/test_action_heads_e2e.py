@@ -102,6 +102,12 @@ def test_q_values_of_one_row_and_their_refusal_elsewhere(served) -> None:
     masked = _act(client, q_case.name, {"observation": q_case.io["obs"][3].tolist(), "explore": False,
                                         "action_mask": [1, 0, 1, 0], "outputs": ["q_values"]})
     assert masked["action"] == int(np.argmax(masked["q_values"])) in (0, 2)
+    # A retried step (step index) is answered from its kept answer, q_values included.
+    _act(client, q_case.name, {"observation": q_case.io["obs"][0].tolist(), "session_id": "q", "episode_start": True,
+                               "seed": 5, "step": 0})
+    step_1 = {"observation": q_case.io["obs"][1].tolist(), "session_id": "q", "step": 1, "outputs": ["q_values"]}
+    first, again = _act(client, q_case.name, step_1), _act(client, q_case.name, step_1)
+    assert again == first and len(first["q_values"]) == 4
 
     reply = client.post(f"/v1/models/{ar_case.name}/act",
                         json={"observation": ar_case.io["obs"][0].tolist(), "outputs": ["q_values"]})

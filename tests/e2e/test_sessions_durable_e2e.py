@@ -360,11 +360,13 @@ def _spawned_children(pid: int) -> list[int]:
 V2_INFER = f"/v2/models/{MODEL}/infer"
 
 
-def _v2_body(session: int, t: int, steps: int) -> dict:
+def _v2_body(session: int, t: int, steps: int, indexed: bool = True) -> dict:
     """Step t of a Triton-style sequence: ``sequence_id`` on every step, ``sequence_start``
     (with its seed) on the first, ``sequence_end`` on the last; sampled actions, so the
     seeded generator must continue exactly as well as the recurrent state."""
     parameters: dict = {"sequence_id": f"v2-{session}", "explore": True}
+    if indexed:  # rlserve's step index: a step sent again is answered again, not applied twice
+        parameters["step"] = t
     if t == 0:
         parameters.update(sequence_start=True, seed=2000 + session)
     if t == steps - 1:
@@ -382,8 +384,9 @@ def _v2_step(answer: httpx.Response) -> tuple[int, list[float]]:
 async def test_v2_sequences_continue_across_a_killed_and_restarted_server(replicas, repository):
     """KServe v2 ``infer`` reads a sequence it does not hold from the store and continues it,
     as the JSON API does: a server killed with SIGKILL between two steps of every sequence
-    and restarted (nothing cached) answers the rest of each sequence exactly as an
-    uninterrupted in-process server does; ``sequence_end`` ends it in the store too."""
+    and restarted (nothing cached) answers a repeated step (``parameters.step``) once more
+    without moving the sequence, and the rest of each sequence exactly as an uninterrupted
+    in-process server does; ``sequence_end`` ends it in the store too."""
     sessions, steps, kill_after = 24, 8, 4
     [server] = replicas(1)
     got: list[list[tuple[int, list[float]]]] = [[] for _ in range(sessions)]
@@ -398,6 +401,11 @@ async def test_v2_sequences_continue_across_a_killed_and_restarted_server(replic
             await step(t)
         server.kill()  # SIGKILL: the copies held in memory are gone
         await asyncio.to_thread(server.start)
+        # The last step before the kill, sent again (as by a client whose answer was lost):
+        # answered from the answer kept in the store, and the sequence does not move.
+        again = await asyncio.gather(*(client.post(V2_INFER, json=_v2_body(s, kill_after - 1, steps))
+                                       for s in range(sessions)))
+        assert [_v2_step(answer) for answer in again] == [got[s][-1] for s in range(sessions)]
         for t in range(kill_after, steps):
             await step(t)
         # Ended by its last step, in the store as well: continuing it is refused.
@@ -432,7 +440,8 @@ async def test_v2_replicas_racing_on_one_sequence_never_fork(replicas):
             started = await asyncio.gather(*(client.post(servers[0].url + V2_INFER, json=_v2_body(k, 0, 9))
                                              for k in sessions))
             assert all(r.status_code == 200 for r in started)
-            pairs = await _race(servers, sessions, V2_INFER, lambda k, i: _v2_body(k, 1 + i, 9))
+            # Without step indexes: the two steps race for the store's compare-and-set.
+            pairs = await _race(servers, sessions, V2_INFER, lambda k, i: _v2_body(k, 1 + i, 9, indexed=False))
             for k, (a, b) in zip(sessions, pairs, strict=True):
                 codes = sorted((a.status_code, b.status_code))
                 assert codes in ([200, 200], [200, 400]), (k, a.text, b.text)

@@ -166,6 +166,11 @@ async def test_binary_framing_errors_say_what_the_bytes_should_be(make_client):
     ([json_obs(OBS)], {"parameters": {"epsilon": 0.5}}, ["'parameters.epsilon'", "Q-policies", "received"]),
     ([json_obs(OBS)], {"parameters": {"sequence_start": True}}, ["sequence_id"]),
     ([json_obs(OBS)], {"parameters": {"sequence_id": -4}}, ["sequence_id", "unsigned 64-bit"]),
+    ([json_obs(OBS)], {"parameters": {"step": 2}}, ["parameters.step", "sequence_id"]),
+    ([json_obs(OBS)], {"parameters": {"sequence_id": 3, "step": -1}}, ["parameters.step", "integer >= 0", "-1"]),
+    ([json_obs(OBS)], {"parameters": {"sequence_id": 3, "step": True}}, ["parameters.step", "integer >= 0"]),
+    ([json_obs(OBS)], {"parameters": {"sequence_id": 3, "sequence_start": True, "step": 4}},
+     ["parameters.step", "step 0", "received 4"]),
     ([json_obs(OBS)], {"outputs": [{"name": "q_values"}]}, ["unknown output 'q_values'", "dist_inputs"]),
     ([json_obs(OBS)], {"outputs": [{"name": "action", "parameters": {"classification": 2}}]}, ["classification"]),
     ([json_obs(OBS)], {"outputs": [{"name": "logp"}, {"name": "logp"}]}, ["requested twice"]),
@@ -185,6 +190,44 @@ async def test_a_sequence_steps_one_row(make_client):
     message = refusal(await post(client, *infer_body([json_obs(OBS)], parameters={
         "sequence_id": 5, "sequence_start": True}), model="lstm"))
     assert "one row at a time" in message and "2 rows" in message
+
+
+def _sequence_step(t: int, obs: np.ndarray, **parameters: Any) -> tuple[bytes, dict[str, str]]:
+    """Step t of sequence "r" with its step index; the outputs a retry must repeat."""
+    parameters = {"sequence_id": "r", "step": t, "explore": True, **parameters}
+    if t == 0:
+        parameters.update(sequence_start=True, seed=11)
+    outputs = [{"name": n} for n in ("action", "logp", "value", "dist_inputs")]
+    return infer_body([json_obs(obs[t:t + 1])], outputs=outputs, parameters=parameters)
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["in-process", "redis"])
+async def test_a_retried_sequence_step_is_answered_again_not_applied_twice(make_client, redis_server, external):
+    """``parameters.step``: a step sent again (its answer was lost) gets the same outputs,
+    inline or binary, and the sequence does not move; a step that does not fit is refused
+    in the protocol's shape with both counts."""
+    settings = {"session_store": redis_server.url} if external else {}
+    _, client = make_client(("lstm",), **settings)
+    _, reference = make_client(("lstm",))
+    obs = np.random.default_rng(4).uniform(-1, 1, (4, 4)).astype(np.float32)
+    expected = [split(await post(reference, *_sequence_step(t, obs), model="lstm"))[0]["outputs"] for t in range(4)]
+    for t in range(2):
+        first = await post(client, *_sequence_step(t, obs), model="lstm")
+        again = await post(client, *_sequence_step(t, obs), model="lstm")
+        assert split(first)[0]["outputs"] == split(again)[0]["outputs"] == expected[t], t
+    binary = await post(client, *_sequence_step(1, obs, binary_data_output=True), model="lstm")
+    header, blobs = split(binary)
+    sizes = [o["parameters"]["binary_data_size"] for o in header["outputs"]]
+    assert sum(sizes) == len(blobs) and [o["name"] for o in header["outputs"]] == ["action", "logp", "value",
+                                                                                  "dist_inputs"]
+    logp_at = sizes[0]
+    assert np.frombuffer(blobs[logp_at:logp_at + sizes[1]], np.float32)[0] == pytest.approx(expected[1][1]["data"][0])
+    ahead = refusal(await post(client, *_sequence_step(3, obs), model="lstm"))
+    assert "sequence 'r' has answered 2 steps of this sequence" in ahead, ahead
+    assert "parameters.step says it is step 3" in ahead and "episode" not in ahead, ahead
+    # The retries did not move it: steps 2 and 3 are those of the uninterrupted run.
+    for t in (2, 3):
+        assert split(await post(client, *_sequence_step(t, obs), model="lstm"))[0]["outputs"] == expected[t]
 
 
 async def test_unknown_models_versions_and_sequences_are_404(make_client):

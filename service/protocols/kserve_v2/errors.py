@@ -28,7 +28,9 @@ _NAMES = {"observation": OBS, "action_mask": MASK, "prev_action": PREV_ACTION, "
 # Session messages speak of the JSON API's sessions and fields; here they are sequences.
 _SEQUENCE_WORDS = (("start a new episode", "start it again with sequence_start=true"),
                    ("episode_start=true", "sequence_start=true"), ("episode_start", "sequence_start"),
-                   ("session '", "sequence '"), ("unknown session", "unknown sequence"))
+                   ("session '", "sequence '"), ("unknown session", "unknown sequence"),
+                   ("steps of this episode", "steps of this sequence"),
+                   ("this request says it is step", "its parameters.step says it is step"))
 _MAX_PART = 300
 
 
@@ -64,7 +66,7 @@ def message_of(error: ServiceError) -> str:
     if field and message.startswith(f"{field}:"):
         # The JSON API's names become the protocol's; a tensor's own name is quoted.
         message = (_protocol_name(field) or f"'{field}'") + message[len(field):]
-    if field is not None and field.startswith("session_id"):
+    if field is not None and (field.startswith("session_id") or field == "step"):
         for json_api, protocol in _SEQUENCE_WORDS:
             message = message.replace(json_api, protocol)
     details = []

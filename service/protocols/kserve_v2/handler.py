@@ -103,7 +103,7 @@ class InferService:
         extras = frozenset(spec_name for _, _, spec_name, _ in outputs if spec_name in EXTRAS)
         accepted = self.act.accept_rows(name, version, rows, explore=options.explore, extras=extras,
                                         unsquash=options.unsquash, clip=options.clip, started=started,
-                                        epsilon=options.epsilon)
+                                        epsilon=options.epsilon, step=options.step)
         return accepted, Answerer(self.act, layout, outputs, req.id, options.end)
 
 

@@ -22,7 +22,7 @@ _EMPTY = memoryview(b"")
 _BOOL_PARAMETERS = ("explore", "clip_actions", "unsquash_actions", "sequence_start", "sequence_end",
                     "binary_data_output")
 _IGNORED_PARAMETERS = ("priority", "timeout")
-KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "epsilon", "sequence_id", *_IGNORED_PARAMETERS)
+KNOWN_PARAMETERS = (*_BOOL_PARAMETERS, "seed", "epsilon", "sequence_id", "step", *_IGNORED_PARAMETERS)
 
 
 @dataclass(slots=True)
@@ -38,6 +38,9 @@ class Options:
     start: bool = False
     end: bool = False
     binary_output: bool = False
+    # The steps the sequence has answered before this one (rlserve's step index: a retried
+    # step is answered again, never applied twice; rlserve.service.act.replay).
+    step: int | None = None
 
 
 
@@ -108,12 +111,29 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
                              "sequence_id and sequence_start=true", field="parameters.seed",
                              expected="sequence_start=true with a seed", received=seed)
         options.seed = seed
+    if "step" in parameters:
+        options.step = _step(parameters["step"], options)
     for name in ("sequence_start", "sequence_end"):
         if getattr(options, name.removeprefix("sequence_")) and options.session_id is None:
             raise BadRequest(f"parameters.{name} needs a sequence: set parameters.sequence_id (a non-zero integer "
                              "or a non-empty string)", field="parameters.sequence_id",
                              expected="a non-zero sequence_id", received=parameters.get("sequence_id"))
     return options
+
+
+def _step(value: Parameter, options: Options) -> int:
+    """A sequence's step index: the steps it has answered before this one."""
+    if type(value) is not int or not 0 <= value <= MAX_SEED:
+        raise BadRequest("parameters.step must be an integer >= 0: the steps this sequence has answered before "
+                         "this one", field="parameters.step", expected="an integer >= 0", received=value)
+    if options.session_id is None:
+        raise BadRequest("parameters.step counts a sequence's steps: send it with parameters.sequence_id",
+                         field="parameters.step", expected="a sequence_id with it", received=value)
+    if options.start and value != 0:
+        raise BadRequest("parameters.step must be 0 with sequence_start: a sequence starts at step 0",
+                         field="parameters.step",
+                         expected=0, received=value)
+    return value
 
 
 def _epsilon(value: Parameter) -> float:

@@ -8,6 +8,7 @@ session here, once its step was served.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from rlserve.service.protocols.kserve_v2.wire import (
 )
 from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
+from rlserve.service.step.batch import KeptAnswer, StepOutput
 
 _JSON = [(b"content-type", b"application/json")]
 
@@ -94,10 +95,11 @@ class Answerer:
     def __init__(self, act: ActService, layout: Layout, outputs: list[Output], request_id: Any, end: bool):
         self.act, self.layout, self.outputs, self.request_id, self.end = act, layout, outputs, request_id, end
 
-    def encode(self, accepted: Accepted, output: StepOutput, info: BatchInfo) -> Answer:
+    def encode(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> Answer:
+        """The request's outputs from its rows of the batch, or, for a retried step
+        (``parameters.step``), from the answer kept when it was first served."""
         policy = accepted.policy
-        start, stop = output.start, output.stop
-        arrays = output.batch.arrays
+        scores = _kept_scores(output) if isinstance(output, KeptAnswer) else _batch_scores(output)
         actions: list[np.ndarray] | None = None
         blobs: list[bytes] = []
         written: list[InferResponseOutput] = []
@@ -108,10 +110,10 @@ class Answerer:
                     actions = columns.action_columns(self.layout.action_space, _served(accepted, output))
                 arr = actions[index]
             else:
-                full = arrays.get(name)
-                if full is None:  # undefined for this distribution (Deterministic logp, ...)
+                rows = scores(name)
+                if rows is None:  # undefined for this distribution (Deterministic logp, ...) or not kept
                     continue
-                arr = full[start:stop].reshape(stop - start, *spec.shape)
+                arr = rows.reshape(rows.shape[0], *spec.shape)
             written.append(write_output(name, arr, spec.datatype, binary, blobs))
         response = InferResponse(model_name=policy.name, model_version=policy.version, outputs=written,
                                  id=self.request_id)
@@ -124,10 +126,34 @@ class Answerer:
         return Answer(b"".join([header, *blobs]), len(header))
 
 
-def _served(accepted: Accepted, output: StepOutput) -> Any:
+def _batch_scores(output: StepOutput) -> Callable[[str], np.ndarray | None]:
+    arrays, start, stop = output.batch.arrays, output.start, output.stop
+
+    def rows(name: str) -> np.ndarray | None:
+        full = arrays.get(name)
+        return None if full is None else full[start:stop]
+    return rows
+
+
+def _kept_scores(kept: KeptAnswer) -> Callable[[str], np.ndarray | None]:
+    """A kept answer's JSON values (what the first answer was built from) as one-row
+    arrays; a Q-policy's q_values are its dist_inputs. JSON nulls were NaN."""
+    _, _, logp, value, entropy, dist_inputs = kept.answer
+    values = {"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs, "q_values": dist_inputs}
+
+    def rows(name: str) -> np.ndarray | None:
+        kept_value = values.get(name)
+        if kept_value is None:
+            return None
+        arr = np.array([kept_value], dtype=object)
+        return np.where(arr == None, np.nan, arr).astype(np.float64)  # noqa: E711 (elementwise)
+    return rows
+
+
+def _served(accepted: Accepted, output: StepOutput | KeptAnswer) -> Any:
     """The request's model-space actions as served (unsquashed / clipped when asked)."""
-    actions = output.actions()
     pipeline = accepted.policy.pipeline
+    actions = pipeline.action_from_json(output.answer[1]) if isinstance(output, KeptAnswer) else output.actions()
     if accepted.unsquash:
         actions = pipeline.unsquash(actions)
     if accepted.clip:
