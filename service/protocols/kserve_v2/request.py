@@ -131,8 +131,7 @@ def _step(value: Parameter, options: Options) -> int:
                          field="parameters.step", expected="a sequence_id with it", received=value)
     if options.start and value != 0:
         raise BadRequest("parameters.step must be 0 with sequence_start: a sequence starts at step 0",
-                         field="parameters.step",
-                         expected=0, received=value)
+                         field="parameters.step", expected=0, received=value)
     return value
 
 
