@@ -226,7 +226,7 @@ class ActService:
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
-        expect_steps = None if options.step is None else replay.expected_steps(options.step, rows)
+        expect_steps = None if options.step is None else replay.expected_steps(int(options.step), rows)
         step = policy.preparer.prepare(rows, explore=options.explore,
                                        extras=frozenset(options.outputs) if options.outputs else _NO_KEYS,
                                        epsilon=options.epsilon)

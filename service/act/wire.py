@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -36,11 +36,19 @@ class Seed(int):
     """
 
 
+class StepIndex(int):
+    """A session's step index (``ActRequest.step``), an integer in 0..2**64-1 taken as
+    ``Seed`` is (``3.0`` is the integer 3 to JSON Schema); the same care when echoing it."""
+
+
+# The custom integer types and their largest value (the smallest is 0).
+_INTEGERS: dict[type, int] = {Seed: MAX_SEED, StepIndex: MAX_SEED}
 _JSON_TYPES = {bool: "bool", str: "str", list: "array", dict: "object", float: "float"}
 
 
 def _dec_hook(kind: type, value: Any) -> Any:
-    if kind is not Seed:
+    limit = _INTEGERS.get(kind)
+    if limit is None:
         raise NotImplementedError(kind)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -48,15 +56,15 @@ def _dec_hook(kind: type, value: Any) -> Any:
         raise TypeError(f"Expected `int | null`, got `{_JSON_TYPES.get(type(value), type(value).__name__)}`")
     if value < 0:
         raise ValueError("Expected `int` >= 0")
-    if value > MAX_SEED:
-        raise ValueError(f"Expected `int` <= {MAX_SEED}")
-    return Seed(value)
+    if value > limit:
+        raise ValueError(f"Expected `int` <= {limit}")
+    return kind(value)
 
 
 def schema_hook(kind: type) -> dict[str, Any]:
     """The JSON Schema of the custom wire types (for ``msgspec.json.schema_components``)."""
-    if kind is Seed:
-        return {"type": "integer", "minimum": 0, "maximum": MAX_SEED}
+    if kind in _INTEGERS:
+        return {"type": "integer", "minimum": 0, "maximum": _INTEGERS[kind]}
     raise NotImplementedError(kind)
 
 
@@ -89,7 +97,7 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     windows: list[Any] | None = None
     # Single form: the steps this session answered in its episode before this one. A retry
     # of an answered step then gets the same answer instead of a second step (act/replay.py).
-    step: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    step: StepIndex | None = None
     explore: bool | None = None
     # Q-policies only: the exploration rate when exploring (default: the model's q_model.epsilon).
     epsilon: float | None = None

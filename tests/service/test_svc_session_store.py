@@ -165,6 +165,13 @@ async def test_step_index_refusals(make_client):
     r = await client.post("/v1/models/lstm/act", json={"observations": [[0, 0, 0, 0]], "session_ids": ["x"],
                                                        "step": 0})
     assert r.status_code == 400 and error_of(r)["field"] == "step"
+    # JSON Schema's integer: 1.0 is the integer 1 (the documented type), 1.5 is not.
+    obs = observations(5, 2)
+    assert (await step(client, "lstm", "f", obs[0], 0, step=0.0)).status_code == 200
+    r = await step(client, "lstm", "f", obs[1], 1, step=1.5)
+    assert r.status_code == 400 and error_of(r)["field"] == "step" and error_of(r)["received"] == 1.5
+    assert (await step(client, "lstm", "f", obs[1], 1, step=1.0)).status_code == 200
+    assert (await client.get("/v1/models/lstm/sessions/f")).json()["steps"] == 2
 
 
 @pytest.mark.parametrize("source_external", [False, True])
