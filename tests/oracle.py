@@ -123,6 +123,29 @@ def load_case(name: str) -> OracleCase:
     return _load_case(case_dir(name))
 
 
+def load_case_at(path: Path) -> OracleCase:
+    """A case folder named by its path (the recorded cases of tests/fixtures/oracle, which
+    some tests use whatever ``RLSERVE_ORACLE_DIR`` says)."""
+    return _load_case(path)
+
+
+def case_model(case: OracleCase) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(model, obs space, action space, model config): the case's model as the catalog
+    builds it from the raw spaces and the recorded config merged with MODEL_DEFAULTS, with
+    RLlib's weights loaded (the module's mode is left as built)."""
+    from rlserve.models.catalog import build_model
+    from rlserve.models.config import merge_model_config
+    from rlserve.models.rllib_import import load_rllib_weights
+    from rlserve.models.spaces import space_from_json
+
+    obs_space = space_from_json(case.meta["observation_space"])
+    action_space = space_from_json(case.meta["action_space"])
+    config = merge_model_config(case.meta["model_config"], action_space)
+    model = build_model(obs_space, action_space, config, num_outputs=case.meta["num_outputs"])
+    load_rllib_weights(model, case.weights)
+    return model, obs_space, action_space, config
+
+
 @cache
 def _load_case(path: Path) -> OracleCase:
     name = path.name

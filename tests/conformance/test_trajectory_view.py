@@ -17,18 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, load_case, read_meta, select_cases
+from oracle import OracleCase, assert_close, case_model, load_case, read_meta, select_cases
 
 from conformance.keys_checked import mark_fields, mark_io
-from rlserve.models.catalog import build_model, describe_model
-from rlserve.models.config import merge_model_config
+from rlserve.models.catalog import describe_model
 from rlserve.models.distributions.actions import flatten_actions
 from rlserve.models.export.bundle import load_bundle
 from rlserve.models.export.exporter import export_bundle
 from rlserve.models.export.onnx import onnx_runner
 from rlserve.models.export.torchscript import torchscript_runner
-from rlserve.models.rllib_import import load_rllib_weights
-from rlserve.models.spaces import space_from_json
 from rlserve.service.sessions.slabs import SessionSlabs
 
 CASES = select_cases(lambda name: read_meta(name)["kind"] == "trajectory_view")
@@ -36,11 +33,7 @@ ATOL = 1e-5
 
 
 def _model(case: OracleCase) -> tuple[torch.nn.Module, object, object, dict]:
-    obs_space = space_from_json(case.meta["observation_space"])
-    action_space = space_from_json(case.meta["action_space"])
-    config = merge_model_config(case.meta["model_config"], action_space)
-    model = build_model(obs_space, action_space, config, num_outputs=case.meta["num_outputs"])
-    load_rllib_weights(model, case.weights)
+    model, obs_space, action_space, config = case_model(case)
     return model.eval(), obs_space, action_space, config
 
 

@@ -26,13 +26,10 @@ import httpx
 import numpy as np
 import pytest
 import torch
+from oracle import case_model, load_case_at
 from server_process import running_server
 
-from rlserve.models.catalog import build_model
-from rlserve.models.config import merge_model_config
 from rlserve.models.export.exporter import export_bundle
-from rlserve.models.rllib_import import load_rllib_weights
-from rlserve.models.spaces import space_from_json
 
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
@@ -50,12 +47,7 @@ def _first_case(kind: str) -> Path:
 
 
 def _model(case: Path) -> tuple[torch.nn.Module, Any, Any, dict[str, Any]]:
-    meta = json.loads((case / "case.json").read_text())
-    obs_space, action_space = space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
-    config = merge_model_config(meta["model_config"], action_space)
-    model = build_model(obs_space, action_space, config, num_outputs=meta["num_outputs"])
-    with np.load(case / "weights.npz") as weights:
-        load_rllib_weights(model, {k: weights[k] for k in weights.files})
+    model, obs_space, action_space, config = case_model(load_case_at(case))
     return model.eval(), obs_space, action_space, config
 
 

@@ -16,16 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from oracle import case_model, load_case_at
 
-from rlserve.models.catalog import build_model
-from rlserve.models.config import merge_model_config
 from rlserve.models.export.bundle import load_bundle
 from rlserve.models.export.exporter import export_bundle
 from rlserve.models.export.onnx import onnx_runner
 from rlserve.models.export.torchscript import torchscript_runner
 from rlserve.models.networks.batch_norm import InferenceBatchNorm1d
-from rlserve.models.rllib_import import load_rllib_weights
-from rlserve.models.spaces import space_from_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "oracle"
 CASES = sorted(p for p in FIXTURES.iterdir() if (p / "case.json").is_file()
@@ -33,15 +30,8 @@ CASES = sorted(p for p in FIXTURES.iterdir() if (p / "case.json").is_file()
 
 
 def _load(case: Path):
-    meta = json.loads((case / "case.json").read_text())
-    obs_space, action_space = space_from_json(meta["observation_space"]), space_from_json(meta["action_space"])
-    config = merge_model_config(meta["model_config"], action_space)
-    model = build_model(obs_space, action_space, config, num_outputs=meta["num_outputs"])
-    with np.load(case / "weights.npz") as w:
-        load_rllib_weights(model, {k: w[k] for k in w.files})
-    with np.load(case / "io.npz") as io:
-        recorded = {k: io[k] for k in io.files}
-    return model, obs_space, action_space, config, recorded
+    recorded = load_case_at(case)
+    return (*case_model(recorded), recorded.io)
 
 
 def _buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
