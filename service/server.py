@@ -23,6 +23,10 @@ from pydantic import ValidationError
 
 from rlserve.service.settings import Settings, UnknownSetting
 
+# The exit status of a start that was refused: invalid settings, or a --checkpoint that does
+# not load (a supervisor of --workers stops and returns it too).
+STARTUP_REFUSED = 2
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -52,7 +56,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         settings = Settings(**overrides)
     except (ValidationError, UnknownSetting) as exc:
         print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
+        return STARTUP_REFUSED
     _configure_logging(settings)
     if settings.workers > 1:
         from rlserve.service.workers import run_workers
@@ -79,7 +83,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     if failed:
         for spec, why in failed.items():
             print(f"rlserve serve: --checkpoint {spec}: {why}", file=sys.stderr)
-        return 2
+        return STARTUP_REFUSED
     # Everything allocated so far (frameworks, models) lives for the whole process; moving
     # it out of the collector's view keeps full collections from scanning it on the hot
     # path (measured: ~10 us per request and the tail latency spikes).

@@ -27,13 +27,11 @@ import threading
 import time
 from typing import Any
 
+from rlserve.service.server import STARTUP_REFUSED
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.workers")
 
-# A worker's exit status when its start was refused (``serve`` returns it when a
-# ``--checkpoint`` does not load); the supervisor then stops and returns it too.
-STARTUP_REFUSED = 2
 QUICK_EXIT_S = 10.0  # a worker that dies this soon after its start counts as failing to start
 MAX_QUICK_EXITS = 3
 
