@@ -14,13 +14,14 @@ COPY service ./service
 # `pip install .` (not editable) takes only the serving dependencies and copies the
 # embedded default bundles in as package data; torch is the [torch] extra, left out. The
 # [redis] extra (redis-py + hiredis, ~1 MB) lets replicas share sessions through
-# RLSERVE_SESSION_STORE (docker/compose.yaml, profile "replicas").
+# RLSERVE_SESSION_STORE (docker/compose.yaml, profile "replicas"); the [grpc] extra
+# (grpcio, ~6 MB) serves the Open Inference Protocol over gRPC with -e RLSERVE_GRPC_PORT=8001.
 # pip itself and numpy's own test suite (17 MB) are removed afterwards: the running
 # service never installs or self-tests anything. The bytecode pip compiled stays: /opt is
 # read-only to the service user, so without it every start would compile numpy, fastapi
 # and pydantic again (slower to become healthy).
 RUN python -m venv /opt/rlserve \
- && /opt/rlserve/bin/pip install --no-cache-dir ".[redis]" \
+ && /opt/rlserve/bin/pip install --no-cache-dir ".[redis,grpc]" \
  && /opt/rlserve/bin/python -m pip uninstall -y -q setuptools pip \
  && rm -rf /opt/rlserve/lib/python*/site-packages/numpy/*/tests
 

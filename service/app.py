@@ -45,6 +45,7 @@ from rlserve.service.settings import Settings
 log = logging.getLogger("rlserve.app")
 
 DEFAULT_MODELS = Path(__file__).resolve().parent / "default_models"
+GRPC_GRACE_S = 10.0  # how long gRPC calls in flight may take to finish at shutdown
 
 
 class RLServeApp(FastAPI):
@@ -125,18 +126,36 @@ async def _lifespan(app: RLServeApp):
     if settings.repository_poll_s > 0 and settings.repository is not None:
         tasks.append(asyncio.create_task(poll_repository(app.state.registry, app.state.repository,
                                                          settings.repository_poll_s)))
+    grpc_server = await _start_grpc(app) if settings.grpc_port is not None else None
     try:
         yield
     finally:
         # The server stopped accepting and answered what was in flight; every answered step
         # was written before its answer (write-through), so nothing is left to persist.
         app.state.shutting_down = True
+        if grpc_server is not None:  # refuses new calls, answers those in flight
+            await grpc_server.stop(GRPC_GRACE_S)
         for task in tasks:
             task.cancel()
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
         if app.state.registry.store is not None:
             await app.state.registry.store.close()
+
+
+async def _start_grpc(app: RLServeApp) -> Any:
+    """The Open Inference Protocol's gRPC service on ``RLSERVE_GRPC_PORT``, on this loop."""
+    from rlserve.service.protocols.kserve_v2 import metadata
+    from rlserve.service.protocols.kserve_v2.grpc_server import GrpcInferenceService, start_server
+
+    state, settings = app.state, app.state.settings
+    service = GrpcInferenceService(
+        state.infer_service, lambda: metadata.server_ready(state.registry, state.shutting_down or state.draining),
+        state.metrics)
+    server, port = await start_server(service, settings.host, settings.grpc_port, settings.max_body_bytes)
+    log.info("Open Inference Protocol over gRPC on %s:%d", settings.host, port)
+    state.grpc_port = port
+    return server
 
 
 async def _sweep_sessions(app: RLServeApp) -> None:

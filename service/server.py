@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import logging
 import signal
 import socket
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                              "the model is named NAME, else after the directory")
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--grpc-port", type=int, help="also serve the Open Inference Protocol over gRPC on this "
+                                                      "port (needs the [grpc] extra; Triton's default is 8001)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
     parser.add_argument("--workers", type=int, help="processes serving the port (default 1); sessions then "
                                                     "need RLSERVE_SESSION_STORE")
@@ -50,7 +53,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
                                    "log_level": args.log_level, "checkpoints": args.checkpoint,
-                                   "workers": args.workers}.items()
+                                   "workers": args.workers, "grpc_port": args.grpc_port}.items()
                  if v is not None}
     try:
         settings = Settings(**overrides)
@@ -58,6 +61,10 @@ def serve_main(argv: list[str] | None = None) -> int:
         print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return STARTUP_REFUSED
     _configure_logging(settings)
+    if settings.workers > 1 and settings.grpc_port == 0:
+        print("rlserve serve: --grpc-port 0 would give each worker its own port; name one for all workers",
+              file=sys.stderr)
+        return STARTUP_REFUSED
     if settings.workers > 1:
         from rlserve.service.workers import run_workers
 
@@ -76,6 +83,10 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
 
     from rlserve.service.app import create_app
 
+    if settings.grpc_port is not None and not grpc_available():
+        print("rlserve serve: RLSERVE_GRPC_PORT / --grpc-port needs grpcio: pip install 'rlserve[grpc]'",
+              file=sys.stderr)
+        return STARTUP_REFUSED
     app = create_app(settings)
     # A checkpoint named on the command line is what the user asked to serve: one that does
     # not load stops the start (a repository's bundles that fail are listed, not fatal).
@@ -102,6 +113,10 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     else:
         server.run(sockets=sockets)
     return 0
+
+
+def grpc_available() -> bool:
+    return importlib.util.find_spec("grpc") is not None  # the [grpc] extra
 
 
 def _draining_server(base: type) -> type:

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     checkpoints: list[str] = []
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    # The Open Inference Protocol's gRPC service on this port too (None: off; 0 picks a free
+    # one). Needs the [grpc] extra; every worker of --workers listens on it (SO_REUSEPORT).
+    grpc_port: int | None = Field(None, ge=0, le=65535)
     # The admin API is disabled unless a token is set; there is deliberately no default.
     admin_token: str | None = None
 

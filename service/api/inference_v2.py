@@ -93,11 +93,11 @@ async def server_live() -> Response:
     return _reply(wire.ServerLiveResponse(live=True))
 
 
-@router.get("/v2/health/ready", summary="Ready: at least one model loaded and not shutting down",
+@router.get("/v2/health/ready", summary="Ready: at least one model loaded, not draining or shutting down",
             responses={200: _json("ServerReadyResponse", "Ready"), 503: _json("ServerReadyResponse", "Not ready")})
 async def server_ready(request: Request) -> Response:
     state = request.app.state
-    ready = bool(state.registry.entries) and not state.shutting_down
+    ready = metadata.server_ready(state.registry, state.shutting_down or state.draining)
     return _reply(wire.ServerReadyResponse(ready=ready), 200 if ready else 503)
 
 

@@ -10,7 +10,8 @@ must be declared where the importing file is installed:
 - models/ and service/: ``[project] dependencies``; the export and eager-torch code
   (``TORCH_SIDE``) may also use the ``torch`` extra, and nothing else may, since the
   server runs without torch when it serves ONNX bundles; likewise only the external
-  session store (``REDIS_SIDE``) may use the ``redis`` extra (sessions in-process need none);
+  session store (``REDIS_SIDE``) may use the ``redis`` extra (sessions in-process need none),
+  and only the gRPC service (``GRPC_SIDE``) the ``grpc`` extra;
 - tests/ and scripts/: the ``test`` extra (which includes ``rlserve[torch]``) and the core.
 """
 
@@ -48,6 +49,8 @@ TORCH_SIDE = (
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
 REDIS_SIDE = ("service/sessions/redis_store.py",)
+# The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
+GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"}}
@@ -144,6 +147,8 @@ def _allowed(rel: str) -> tuple[set[str], str]:
         return declared("", "torch"), "the core or the 'torch' extra"
     if any(fnmatch.fnmatch(rel, pattern) for pattern in REDIS_SIDE):
         return declared("", "redis"), "the core or the 'redis' extra"
+    if any(fnmatch.fnmatch(rel, pattern) for pattern in GRPC_SIDE):
+        return declared("", "grpc"), "the core or the 'grpc' extra"
     return declared(""), "[project] dependencies"
 
 
@@ -151,8 +156,8 @@ def test_every_third_party_import_is_declared():
     modules = importlib.metadata.packages_distributions()
     own, helpers = own_top_level_names(), _helper_names()
     runtime_files = [p.relative_to(REPO).as_posix() for p in _files(RUNTIME_TREES)]
-    stale = [pat for pat in TORCH_SIDE + REDIS_SIDE if not fnmatch.filter(runtime_files, pat)]
-    assert not stale, f"TORCH_SIDE / REDIS_SIDE patterns that match no file (moved?): {stale}"
+    stale = [pat for pat in TORCH_SIDE + REDIS_SIDE + GRPC_SIDE if not fnmatch.filter(runtime_files, pat)]
+    assert not stale, f"TORCH_SIDE / REDIS_SIDE / GRPC_SIDE patterns that match no file (moved?): {stale}"
     problems: list[str] = []
     for path in _files(RUNTIME_TREES + TEST_TREES):
         rel = path.relative_to(REPO).as_posix()

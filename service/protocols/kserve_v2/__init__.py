@@ -7,4 +7,6 @@
 
 ``route`` plugs ``POST /v2/models/{name}[/versions/{v}]/infer`` into the fast path next to
 act; ``rlserve.service.api.inference_v2`` documents it and serves the GET endpoints.
+``grpc_server`` serves the same calls over gRPC (``RLSERVE_GRPC_PORT``): a
+``ModelInferRequest`` becomes the REST body and joins ``handler`` after the decode.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -42,11 +42,12 @@ from rlserve.service.protocols.kserve_v2.request import (
 )
 from rlserve.service.protocols.kserve_v2.response import Answer, Answerer, plan_outputs
 from rlserve.service.protocols.kserve_v2.tensors import read_input
-from rlserve.service.protocols.kserve_v2.wire import InferRequest
+from rlserve.service.protocols.kserve_v2.wire import InferRequest, InferRequestInput
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.step import columns
+from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.rows import Rows
 
 
@@ -87,17 +88,36 @@ class InferService:
         output, info = await self.act.submit(accepted)
         return call.encode(accepted, output, info)
 
+    async def infer_message(self, name: str, version: str | None, req: InferRequest,
+                            data: InputData) -> tuple[Accepted, Answerer, StepOutput | KeptAnswer]:
+        """A request decoded elsewhere (the gRPC service's) with its binary data: the
+        accepted request, its answerer and its rows of the batch (or its kept answer)."""
+        started = time.perf_counter()
+
+        def accept() -> tuple[Accepted, Answerer]:
+            return self._accept_request(name, version, req, data, started)
+
+        try:
+            accepted, call = accept()
+        except SessionMiss as miss:
+            accepted, call = await after_loading(miss, accept)
+        output, _ = await self.act.submit(accepted)
+        return accepted, call, output
+
     def _accept(self, name: str, version: str | None, header_length: str | None, body: bytes,
                 started: float) -> tuple[Accepted, Answerer]:
         """Decode and accept the request; raises (``SessionMiss`` included) before any
         session changed, so it can be called again from the same bytes."""
         header, binary = split_body(body, header_length)
-        req = decode_request(header)
+        return self._accept_request(name, version, decode_request(header), AfterHeader(binary), started)
+
+    def _accept_request(self, name: str, version: str | None, req: InferRequest, data: InputData,
+                        started: float) -> tuple[Accepted, Answerer]:
         entry = self.registry.entry(name)
         version = _version(req, name, version)
         options = parse_parameters(req.parameters)
         layout = layout_of(_target(entry, version, options))
-        tensors, batch = _read_inputs(req, binary, layout)
+        tensors, batch = _read_inputs(req, data.restart(), layout)
         rows = _rows(layout, tensors, batch, options)
         outputs = plan_outputs(req, layout, options.binary_output)
         extras = frozenset(spec_name for _, _, spec_name, _ in outputs if spec_name in EXTRAS)
@@ -128,11 +148,45 @@ def _target(entry: ModelEntry, version: str | None, options: Options) -> Policy:
     return entry.policy(version)
 
 
-def _read_inputs(req: InferRequest, binary: memoryview, layout: Layout) -> tuple[dict[str, np.ndarray], int]:
+class InputData(Protocol):
+    """Where the inputs' binary data comes from (inline ``data`` needs none)."""
+
+    def restart(self) -> InputData:
+        """Ready to read from the first input (a request may be accepted twice)."""
+
+    def read(self, inp: InferRequestInput) -> np.ndarray:
+        """The next input's tensor, shaped as sent."""
+
+    def finish(self) -> None:
+        """Raise if binary data is left over."""
+
+
+class AfterHeader:
+    """REST: the binary data after the JSON header, in the order of the inputs."""
+
+    def __init__(self, binary: memoryview):
+        self.binary, self.offset = binary, 0
+
+    def restart(self) -> AfterHeader:
+        self.offset = 0
+        return self
+
+    def read(self, inp: InferRequestInput) -> np.ndarray:
+        arr, self.offset = read_input(inp, self.binary, self.offset)
+        return arr
+
+    def finish(self) -> None:
+        if self.offset != len(self.binary):
+            raise BadRequest(f"{len(self.binary) - self.offset} bytes of binary data follow the inputs' binary data "
+                             f"({self.offset} bytes); check binary_data_size and Inference-Header-Content-Length",
+                             field="Inference-Header-Content-Length", expected=self.offset,
+                             received=len(self.binary))
+
+
+def _read_inputs(req: InferRequest, data: InputData, layout: Layout) -> tuple[dict[str, np.ndarray], int]:
     """Every input as an array (B, *row shape), checked against the layout's tensors."""
     tensors: dict[str, np.ndarray] = {}
     batch: int | None = None
-    offset = 0
     for inp in req.inputs:
         known = layout.inputs.get(inp.name)
         if known is None:
@@ -142,7 +196,7 @@ def _read_inputs(req: InferRequest, binary: memoryview, layout: Layout) -> tuple
             raise BadRequest(f"input '{inp.name}' is given twice", field=inp.name, expected="each input once",
                              received=inp.name)
         spec = known[2]
-        arr, offset = read_input(inp, binary, offset)
+        arr = data.read(inp)
         if arr.ndim and not spec.shape and arr.shape[1:] == (1,):
             arr = arr.reshape(arr.shape[0])  # [B, 1] for a scalar per row
         if arr.ndim == 0 or arr.shape[1:] != spec.shape:
@@ -156,10 +210,7 @@ def _read_inputs(req: InferRequest, binary: memoryview, layout: Layout) -> tuple
                              "input's first dimension is the same batch", field=inp.name, expected=batch,
                              received=arr.shape[0])
         tensors[inp.name] = arr
-    if offset != len(binary):
-        raise BadRequest(f"{len(binary) - offset} bytes of binary data follow the inputs' binary data "
-                         f"({offset} bytes); check binary_data_size and Inference-Header-Content-Length",
-                         field="Inference-Header-Content-Length", expected=offset, received=len(binary))
+    data.finish()
     missing = [spec.name for spec in layout.obs if spec.name not in tensors]
     if missing:
         raise BadRequest(f"missing input(s) {missing}: the observation is required",

@@ -25,6 +25,11 @@ def _version() -> str:
         return "0.0.0"
 
 
+def server_ready(registry: ModelRegistry, stopping: bool) -> bool:
+    """Ready: at least one model loaded, and not draining or shutting down (as /readyz)."""
+    return bool(registry.entries) and not stopping
+
+
 def server_metadata() -> ServerMetadataResponse:
     return ServerMetadataResponse(name=SERVER_NAME, version=_version(), extensions=list(EXTENSIONS))
 

@@ -64,15 +64,20 @@ def decode_request(header: bytes) -> InferRequest:
     try:
         return INFER_DECODER.decode(header)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        where = text.rsplit(" - at `$", 1)
-        field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
-        raise BadRequest(f"invalid inference request: {text}", field=field,
-                         expected="the Open Inference Protocol's $inference_request", received=where[0]) from None
+        raise decode_failure(exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequest(f"the inference request is not valid JSON: {exc}",
                          expected="a UTF-8 JSON object (binary data only after Inference-Header-Content-Length)",
                          received=f"{len(header)} bytes that do not parse") from None
+
+
+def decode_failure(exc: msgspec.ValidationError) -> BadRequest:
+    """A request that does not fit ``$inference_request``, naming where (JSON or gRPC)."""
+    text = str(exc)
+    where = text.rsplit(" - at `$", 1)
+    field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
+    return BadRequest(f"invalid inference request: {text}", field=field,
+                      expected="the Open Inference Protocol's $inference_request", received=where[0])
 
 
 def _flag(parameters: dict[str, Parameter], name: str) -> bool:

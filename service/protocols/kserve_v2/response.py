@@ -23,7 +23,6 @@ from rlserve.service.protocols.kserve_v2.wire import (
     ENCODER,
     InferRequest,
     InferResponse,
-    InferResponseOutput,
 )
 from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.step import columns
@@ -99,10 +98,22 @@ class Answerer:
         """The request's outputs from its rows of the batch, or, for a retried step
         (``parameters.step``), from the answer kept when it was first served."""
         policy = accepted.policy
+        blobs: list[bytes] = []
+        written = [write_output(name, arr, datatype, binary, blobs)
+                   for name, datatype, arr, binary in self.tensors(accepted, output)]
+        response = InferResponse(model_name=policy.name, model_version=policy.version, outputs=written,
+                                 id=self.request_id)
+        header = ENCODER.encode(response)
+        self.finish(accepted, "infer")
+        if not blobs:
+            return Answer(header)
+        return Answer(b"".join([header, *blobs]), len(header))
+
+    def tensors(self, accepted: Accepted, output: StepOutput | KeptAnswer) -> list[tuple[str, str, np.ndarray, bool]]:
+        """(name, datatype, array, binary) of each output the request gets, in its order."""
         scores = _kept_scores(output) if isinstance(output, KeptAnswer) else _batch_scores(output)
         actions: list[np.ndarray] | None = None
-        blobs: list[bytes] = []
-        written: list[InferResponseOutput] = []
+        tensors = []
         for kind, index, name, binary in self.outputs:
             spec = self.layout.outputs[name]
             if kind == "action":
@@ -114,16 +125,14 @@ class Answerer:
                 if rows is None:  # undefined for this distribution (Deterministic logp, ...) or not kept
                     continue
                 arr = rows.reshape(rows.shape[0], *spec.shape)
-            written.append(write_output(name, arr, spec.datatype, binary, blobs))
-        response = InferResponse(model_name=policy.name, model_version=policy.version, outputs=written,
-                                 id=self.request_id)
-        header = ENCODER.encode(response)
+            tensors.append((name, spec.datatype, arr, binary))
+        return tensors
+
+    def finish(self, accepted: Accepted, route: str) -> None:
+        """Once the answer is built: a ``sequence_end`` ends its session; latency observed."""
         if self.end:
             _end_sequence(accepted)
-        self.act.observe_latency(accepted, "infer")
-        if not blobs:
-            return Answer(header)
-        return Answer(b"".join([header, *blobs]), len(header))
+        self.act.observe_latency(accepted, route)
 
 
 def _batch_scores(output: StepOutput) -> Callable[[str], np.ndarray | None]:
