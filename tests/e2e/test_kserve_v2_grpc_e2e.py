@@ -294,3 +294,31 @@ def test_a_grpc_port_zero_is_refused_with_workers(repo):  # noqa: F811
     done = subprocess.run([*rlserve_command(), "serve", "--repository", str(repo), "--workers", "2",
                            "--grpc-port", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--grpc-port 0" in done.stderr
+
+
+def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_json_session(repo, redis_server):  # noqa: F811
+    """Two servers share a redis-server: a sequence's steps alternate between them over
+    gRPC (each first visit reads the session from the store, later ones find their copy
+    stale and refresh it) and still equal a JSON session stepped on one server."""
+    ports = [free_port(), free_port()]
+    env = {"RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_MAX_BATCH_DELAY_MS": "1"}
+    with running_server(["--repository", str(repo), "--grpc-port", str(ports[0])], env=env) as base, \
+            running_server(["--repository", str(repo), "--grpc-port", str(ports[1])], env=env):
+        clients = [triton.InferenceServerClient(f"127.0.0.1:{port}") for port in ports]
+        observations = _lstm_observations(6, seed=61)
+        for t, obs in enumerate(observations):
+            body: dict = {"observation": obs.tolist(), "session_id": "json-replicas", "explore": False}
+            inputs = [tensor("obs", obs[None])]
+            if t == 0:
+                body["episode_start"] = True
+            else:
+                inputs.append(tensor("reward", np.array([0.25 * t], np.float32)))
+                body["reward"] = 0.25 * t
+            result = clients[t % 2].infer("lstm", inputs, sequence_id="grpc-replicas", sequence_start=t == 0,
+                                          parameters={"explore": False, "step": t})
+            expected = act(base, "lstm", body)
+            np.testing.assert_array_equal(result.as_numpy("action"), f32([expected["action"]]))
+            np.testing.assert_array_equal(result.as_numpy("logp"), f32([expected["logp"]]))
+        for c in clients:
+            c.close()
+        assert httpx.get(f"{base}/v1/models/lstm/sessions/grpc-replicas").json()["steps"] == len(observations)
