@@ -79,7 +79,9 @@ read -r uid no_torch has_ort <<<"$facts"
 [ "$uid" != 0 ] || { say "FAILED: the container process runs with uid 0"; exit 1; }
 [ "$no_torch" = True ] || { say "FAILED: torch is installed in the CPU image"; exit 1; }
 [ "$has_ort" = True ] || { say "FAILED: onnxruntime is missing from the image"; exit 1; }
-say "image user $user (uid $uid), no torch, onnxruntime present"
+buildah run --isolation chroot "$c" -- python -c 'import rlserve.service.protocols.kserve_v2.grpc_server' \
+  || { say "FAILED: the gRPC service (the [grpc] extra) does not import in the image"; exit 1; }
+say "image user $user (uid $uid), no torch, onnxruntime present, the gRPC service imports"
 
 # The tool reports whole seconds; time one more start to a tenth of a second.
 buildah run --isolation chroot --network host "$c" -- rlserve serve >/dev/null 2>&1 &
