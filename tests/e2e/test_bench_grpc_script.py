@@ -1,0 +1,30 @@
+"""scripts/bench_grpc.py runs: a real server, the REST and gRPC load generators, its table.
+
+Timing is not asserted (numbers are the script's to print, docs/benchmarks.md records
+them); this keeps the script from rotting and checks that every request it sent was
+answered without an error, gRPC included.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from server_process import REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_grpc_benchmark_runs_and_reports_each_transport():
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_grpc.py"), "--duration", "0.5",
+                           "--warmup", "0.2", "--rounds", "1", "--concurrency", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rounds = [line for line in done.stdout.splitlines() if line.startswith("round 1")]
+    assert [line.split()[2] for line in rounds] == ["JSON", "OIP", "gRPC"]
+    assert all(line.endswith(", 0 errors)") for line in rounds), rounds
+    (medians,) = [line for line in done.stdout.splitlines() if line.startswith("c=4 ")]
+    figures = [int(x) for x in re.findall(r"(\d+) obs/s", medians)]
+    assert len(figures) == 3 and all(f > 0 for f in figures), medians
