@@ -10,8 +10,10 @@ server answers for the same observations.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from server_process import free_port, rlserve_command, running_server
+from server_process import ServerProcess, free_port, rlserve_command, running_server
 from test_kserve_v2_e2e import MASKS, act, f32
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -288,6 +290,31 @@ def test_workers_share_the_grpc_port(repo):  # noqa: F811
             assert c.infer("mlp", [tensor("obs", obs)], parameters={"explore": False}).as_numpy(
                 "action").tolist() == expected
             c.close()
+
+
+def test_sigterm_answers_a_grpc_call_in_flight_before_it_exits(repo):  # noqa: F811
+    """A call waiting in a batching window when SIGTERM arrives is answered; then the
+    server exits and the port is closed."""
+    port = free_port()
+    server = ServerProcess({"RLSERVE_REPOSITORY": str(repo), "RLSERVE_MAX_BATCH_DELAY_MS": "1500"},
+                           args=["--grpc-port", str(port)]).start()
+    try:
+        c = triton.InferenceServerClient(f"127.0.0.1:{port}")
+        assert c.is_server_ready()
+        results: list = []
+        obs = np.random.default_rng(53).uniform(-1, 1, (2, 4)).astype(np.float32)
+        thread = threading.Thread(target=lambda: results.append(c.infer("mlp", [tensor("obs", obs)])))
+        thread.start()
+        time.sleep(0.5)  # the call is in the batcher's 1.5 s window now
+        # uvicorn re-raises SIGTERM once it shut down gracefully: the exit is the signal's.
+        assert server.terminate() in (0, -signal.SIGTERM), server.output()
+        thread.join(30)
+        assert len(results) == 1 and results[0].as_numpy("action").shape == (2,)
+        with pytest.raises(InferenceServerException):
+            c.is_server_live(client_timeout=2)
+        c.close()
+    finally:
+        server.stop()
 
 
 def test_a_grpc_port_zero_is_refused_with_workers(repo):  # noqa: F811
