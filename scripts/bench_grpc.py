@@ -8,7 +8,8 @@ rounds, each at every concurrency, it measures:
 - OIP binary: one FP32 tensor over REST's binary tensor data (``infer64``);
 - gRPC: the same tensor in ``raw_input_contents`` of a ``ModelInferRequest`` built with
   tritonclient's own generated messages, sent by a grpc.aio channel (``c`` calls in flight
-  on one HTTP/2 connection, as one ``tritonclient.grpc.aio`` client would).
+  on one HTTP/2 connection, as one ``tritonclient.grpc.aio`` client would);
+- gRPC stream: the same requests on one ``ModelStreamInfer`` stream, ``c`` in flight.
 
 and prints observations/s and the server's CPU per request, per round and as medians.
 
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import bench_server as bench  # noqa: E402
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 
 def grpc_requests(c: int, rng) -> list[list[bytes]]:
@@ -54,7 +56,7 @@ def grpc_requests(c: int, rng) -> list[list[bytes]]:
 
 
 def _grpc_load(address: str, requests_per_call: list[list[bytes]], duration: float, warmup: float, queue,
-               cpus: set[int] | None) -> None:
+               cpus: set[int] | None, stream: bool = False) -> None:
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     import grpc
@@ -67,6 +69,9 @@ def _grpc_load(address: str, requests_per_call: list[list[bytes]], duration: flo
             await channel.channel_ready()
             start = time.perf_counter()
             warm_until, stop_at = start + warmup, start + warmup + duration
+            if stream:
+                await _stream_load(channel, requests_per_call, warm_until, stop_at, latencies, counts)
+                return latencies, counts[0], counts[1]
 
             async def lane(requests: list[bytes]) -> None:
                 i = 0
@@ -94,12 +99,49 @@ def _grpc_load(address: str, requests_per_call: list[list[bytes]], duration: flo
         raise
 
 
+async def _stream_load(channel, requests_per_call: list[list[bytes]], warm_until: float, stop_at: float,
+                       latencies: list[float], counts: list[int]) -> None:
+    """One ModelStreamInfer stream with ``len(requests_per_call)`` requests in flight: each
+    answer lets the next request go (answers carry the request id, matched here)."""
+    from tritonclient.grpc import service_pb2
+
+    call = channel.stream_stream(MODEL_STREAM_INFER)()
+    pool = [request for requests in requests_per_call for request in requests]
+    sent: dict[str, float] = {}
+    serial = 0
+
+    async def send() -> None:
+        nonlocal serial
+        message = service_pb2.ModelInferRequest.FromString(pool[serial % len(pool)])
+        message.id = str(serial)
+        sent[message.id] = time.perf_counter()
+        serial += 1
+        await call.write(message.SerializeToString())
+
+    for _ in requests_per_call:
+        await send()
+    while True:
+        answer = service_pb2.ModelStreamInferResponse.FromString(await call.read())
+        done = time.perf_counter()
+        counts[0] += 1
+        if answer.error_message:
+            counts[1] += 1
+        began = sent.pop(answer.infer_response.id)
+        if done > warm_until:
+            latencies.append(done - began)
+        if done < stop_at:
+            await send()
+        elif not sent:
+            break
+    await call.done_writing()
+
+
 def run_grpc_load(address: str, requests_per_call: list[list[bytes]], duration: float, warmup: float,
-                  server_pid: int) -> dict:
+                  server_pid: int, stream: bool = False) -> dict:
     context = mp.get_context("spawn")
     queue = context.Queue()
     proc = context.Process(target=_grpc_load,
-                           args=(address, requests_per_call, duration, warmup, queue, bench.LOAD_CPUS))
+                           args=(address, requests_per_call, duration, warmup, queue, bench.LOAD_CPUS, stream))
     cpu_before = bench.cpu_seconds(server_pid)
     proc.start()
     result = queue.get()
@@ -141,7 +183,9 @@ def main() -> None:
                  ("OIP binary", lambda c: bench.run_load(port, bench.infer_binary64(c, rng), args.duration,
                                                          args.warmup, proc.pid)),
                  ("gRPC", lambda c: run_grpc_load(f"127.0.0.1:{grpc_port}", grpc_requests(c, rng), args.duration,
-                                                  args.warmup, proc.pid))]
+                                                  args.warmup, proc.pid)),
+                 ("gRPC stream", lambda c: run_grpc_load(f"127.0.0.1:{grpc_port}", grpc_requests(c, rng),
+                                                         args.duration, args.warmup, proc.pid, stream=True))]
         results: dict[tuple[str, int], list[dict]] = {}
         try:
             for r in range(args.rounds):
@@ -150,7 +194,7 @@ def main() -> None:
                     for name, measure in order:
                         res = measure(c)
                         results.setdefault((name, c), []).append(res)
-                        print(f"round {r + 1} {name:10s} c={c:<3d} {64 * res['req_s']:9.0f} obs/s "
+                        print(f"round {r + 1} {name:11s} c={c:<3d} {64 * res['req_s']:9.0f} obs/s "
                               f"({res['req_s']:7.0f} req/s, p50 {res['p50_ms']:6.2f} ms, p99 {res['p99_ms']:6.2f} ms, "
                               f"server {res['cpu_us']:6.0f} us CPU/request, {res['errors']} errors)", flush=True)
         finally:

@@ -23,8 +23,9 @@ def test_the_grpc_benchmark_runs_and_reports_each_transport():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rounds = [line for line in done.stdout.splitlines() if line.startswith("round 1")]
-    assert [line.split()[2] for line in rounds] == ["JSON", "OIP", "gRPC"]
+    assert [line.split(" c=")[0].removeprefix("round 1 ").strip() for line in rounds] == [
+        "JSON", "OIP binary", "gRPC", "gRPC stream"]
     assert all(line.endswith(", 0 errors)") for line in rounds), rounds
     (medians,) = [line for line in done.stdout.splitlines() if line.startswith("c=4 ")]
     figures = [int(x) for x in re.findall(r"(\d+) obs/s", medians)]
-    assert len(figures) == 3 and all(f > 0 for f in figures), medians
+    assert len(figures) == 4 and all(f > 0 for f in figures), medians

@@ -10,6 +10,7 @@ server answers for the same observations.
 
 from __future__ import annotations
 
+import queue
 import signal
 import subprocess
 import threading
@@ -96,6 +97,70 @@ def test_model_metadata_names_every_tensor_like_the_rest_metadata(client, url):
                 (t["name"], t["datatype"], t["shape"]) for t in rest[side]]
     error = refused(lambda: client.get_model_metadata("no-such-model"))
     assert error.status() == "StatusCode.NOT_FOUND" and "no-such-model" in error.message()
+
+
+# --------------------------------------------------------------------------- streaming (ModelStreamInfer)
+
+class Stream:
+    """tritonclient's streaming API: answers arrive through a callback, here a queue."""
+
+    def __init__(self, client: triton.InferenceServerClient):
+        self.client, self.answers = client, queue.Queue()
+        client.start_stream(callback=lambda result, error: self.answers.put((result, error)))
+
+    def next(self) -> tuple:
+        return self.answers.get(timeout=30)
+
+    def close(self) -> None:
+        self.client.stop_stream()
+
+
+def test_a_streamed_lstm_sequence_steps_like_a_json_session_even_when_steps_are_not_awaited(client, url):
+    """Triton's sequence clients stream their steps: every answer equals a JSON session's
+    step; steps sent back to back (without waiting for answers) still apply in order."""
+    observations = _lstm_observations(8, seed=71)
+    stream = Stream(client)
+    answers = []
+    try:
+        for t, obs in enumerate(observations):
+            client.async_stream_infer("lstm", [tensor("obs", obs[None])], request_id=f"step-{t}",
+                                      sequence_id="streamed", sequence_start=t == 0,
+                                      sequence_end=t == len(observations) - 1, parameters={"explore": False})
+            if t < 4:  # the first half step by step, the second half sent at once
+                answers.append(stream.next())
+        answers += [stream.next() for _ in range(4)]
+    finally:
+        stream.close()
+    assert [error for _, error in answers] == [None] * len(observations)
+    got = {r.get_response().id: r for r, _ in answers}
+    assert sorted(got) == [f"step-{t}" for t in range(len(observations))]
+    for t, obs in enumerate(observations):
+        body: dict = {"observation": obs.tolist(), "session_id": "json-streamed", "explore": False}
+        if t == 0:
+            body["episode_start"] = True
+        expected = act(url, "lstm", body)
+        np.testing.assert_array_equal(got[f"step-{t}"].as_numpy("action"), f32([expected["action"]]))
+        np.testing.assert_array_equal(got[f"step-{t}"].as_numpy("logp"), f32([expected["logp"]]))
+    assert httpx.get(f"{url}/v1/models/lstm/sessions/streamed").status_code == 410  # sequence_end applied last
+
+
+def test_a_refused_streamed_request_is_an_error_answer_and_the_stream_goes_on(client, url):
+    obs = np.random.default_rng(72).uniform(-1, 1, (16, 4)).astype(np.float32)
+    stream = Stream(client)
+    try:
+        client.async_stream_infer("mlp", [tensor("obs", np.zeros((1, 5), np.float32))], request_id="bad")
+        for i in range(16):  # sent at once: answered concurrently, so they may share batches
+            client.async_stream_infer("mlp", [tensor("obs", obs[i:i + 1])], request_id=f"row-{i}",
+                                      parameters={"explore": False})
+        answers = [stream.next() for _ in range(17)]
+    finally:
+        stream.close()
+    errors = [error for result, error in answers if error is not None]
+    assert len(errors) == 1 and "'obs'" in errors[0].message() and "[1,5]" in errors[0].message()
+    results = {r.get_response().id: r for r, error in answers if error is None}
+    expected = act(url, "mlp", {"observations": obs.tolist(), "explore": False})["actions"]
+    assert {rid: r.as_numpy("action").tolist() for rid, r in results.items()} == {
+        f"row-{i}": [expected[i]] for i in range(16)}
 
 
 def test_calls_rlserve_does_not_answer_are_unimplemented(client):
@@ -349,3 +414,38 @@ def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_js
         for c in clients:
             c.close()
         assert httpx.get(f"{base}/v1/models/lstm/sessions/grpc-replicas").json()["steps"] == len(observations)
+
+
+def test_streamed_steps_sent_back_to_back_to_a_replica_that_must_read_the_sequence_apply_in_order(
+        repo, redis_server):  # noqa: F811
+    """The sequence started on one server; another one gets its next steps on a stream, all
+    sent at once. It must read the session from the store first; the later steps still
+    apply in order, after that read, and equal a JSON session's."""
+    ports = [free_port(), free_port()]
+    env = {"RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_MAX_BATCH_DELAY_MS": "1"}
+    observations = _lstm_observations(6, seed=81)
+    with running_server(["--repository", str(repo), "--grpc-port", str(ports[0])], env=env) as base, \
+            running_server(["--repository", str(repo), "--grpc-port", str(ports[1])], env=env):
+        first, second = (triton.InferenceServerClient(f"127.0.0.1:{port}") for port in ports)
+        started = first.infer("lstm", [tensor("obs", observations[0][None])], sequence_id="moved",
+                              sequence_start=True, parameters={"explore": False})
+        stream = Stream(second)
+        try:
+            for t in range(1, len(observations)):
+                second.async_stream_infer("lstm", [tensor("obs", observations[t][None])], request_id=str(t),
+                                          sequence_id="moved", parameters={"explore": False, "step": t})
+            answers = [stream.next() for _ in range(1, len(observations))]
+        finally:
+            stream.close()
+        first.close()
+        second.close()
+        assert [str(error) for _, error in answers if error is not None] == []
+        got = {int(r.get_response().id): r for r, _ in answers}
+        got[0] = started
+        for t, obs in enumerate(observations):
+            body: dict = {"observation": obs.tolist(), "session_id": "json-moved", "explore": False}
+            if t == 0:
+                body["episode_start"] = True
+            expected = act(base, "lstm", body)
+            np.testing.assert_array_equal(got[t].as_numpy("action"), f32([expected["action"]]))
+            np.testing.assert_array_equal(got[t].as_numpy("logp"), f32([expected["logp"]]))

@@ -40,7 +40,8 @@ def _fill(message, depth: int = 0) -> None:
             setattr(message, field.name, _VALUES[field.type])
 
 
-MESSAGES = sorted({name for pair in pb.METHODS.values() for name in pair} | {"InferParameter", "InferTensorContents"})
+CALLS = {**pb.METHODS, **pb.STREAMING}
+MESSAGES = sorted({name for pair in CALLS.values() for name in pair} | {"InferParameter", "InferTensorContents"})
 
 
 @pytest.mark.parametrize("name", MESSAGES)
@@ -58,9 +59,12 @@ def test_each_message_reads_tritons_own_encoding_and_back(name):
 def test_the_service_and_its_calls_are_the_protocols():
     service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     assert pb.SERVICE == service.full_name
-    for name, (request, response) in pb.METHODS.items():
-        method = service.methods_by_name[name]
+    ours = pb.message("ModelInferRequest").DESCRIPTOR.file.services_by_name["GRPCInferenceService"]
+    for name, (request, response) in CALLS.items():
+        method, own = service.methods_by_name[name], ours.methods_by_name[name]
         assert (method.input_type.name, method.output_type.name) == (request, response)
+        assert (own.input_type.name, own.output_type.name) == (request, response)
+        assert (own.client_streaming, own.server_streaming) == (method.client_streaming, method.server_streaming)
 
 
 def _request(**parameters) -> object:

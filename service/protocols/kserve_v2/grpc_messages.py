@@ -1,7 +1,7 @@
 """The protocol's gRPC messages (package ``inference``), built from a descriptor at import.
 
 The Open Inference Protocol's gRPC service is ``inference.GRPCInferenceService``. rlserve
-answers its health, metadata and ``ModelInfer`` calls, so only their messages are
+answers its health, metadata, ``ModelInfer`` and ``ModelStreamInfer`` calls, so only their messages are
 described here, with the field numbers of the protocol's specification (a client's
 messages are read by number, so these must never change). The descriptor lives in a pool
 of its own: a process that also imports a client's generated ``inference`` module (tests
@@ -65,12 +65,17 @@ _MESSAGES: dict[str, list[tuple[int, str, str, bool]]] = {
                            (6, "raw_output_contents", "bytes", True)],
     "ModelInferResponse.InferOutputTensor": [*_TENSOR_METADATA, _PARAMETERS,
                                              (5, "contents", "InferTensorContents", False)],
+    "ModelStreamInferResponse": [(1, "error_message", "string", False),
+                                 (2, "infer_response", "ModelInferResponse", False)],
 }
 # The service's calls that rlserve answers: name -> (request, response). The protocol's
 # other calls (streaming, repository, shared memory, ...) answer UNIMPLEMENTED.
 METHODS = {name: (f"{name}Request", f"{name}Response")
            for name in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata")}
 METHODS["ModelInfer"] = ("ModelInferRequest", "ModelInferResponse")
+# Streams of requests and responses both ways (Triton's streaming API, which its sequence
+# clients use): name -> (request, response).
+STREAMING = {"ModelStreamInfer": ("ModelInferRequest", "ModelStreamInferResponse")}
 
 
 def _file() -> descriptor_pb2.FileDescriptorProto:
@@ -102,6 +107,9 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     service = proto.service.add(name=SERVICE.rpartition(".")[2])
     for name, (request, response) in METHODS.items():
         service.method.add(name=name, input_type=f".{PACKAGE}.{request}", output_type=f".{PACKAGE}.{response}")
+    for name, (request, response) in STREAMING.items():
+        service.method.add(name=name, input_type=f".{PACKAGE}.{request}", output_type=f".{PACKAGE}.{response}",
+                           client_streaming=True, server_streaming=True)
     return proto
 
 
@@ -121,4 +129,5 @@ ServerMetadataResponse = message("ServerMetadataResponse")
 ModelMetadataResponse = message("ModelMetadataResponse")
 ModelInferRequest = message("ModelInferRequest")
 ModelInferResponse = message("ModelInferResponse")
+ModelStreamInferResponse = message("ModelStreamInferResponse")
 InferParameter = message("InferParameter")

@@ -7,7 +7,8 @@
 ``RLSERVE_GRPC_PORT`` (``rlserve serve --grpc-port``) starts it next to HTTP in the same
 process, so a gRPC request, a REST v2 request and a JSON act request can share one batch
 and one session table. Calls: ServerLive, ServerReady, ModelReady, ServerMetadata,
-ModelMetadata and ModelInfer; the protocol's other calls answer UNIMPLEMENTED.
+ModelMetadata, ModelInfer and the streaming ModelStreamInfer; the protocol's other calls
+answer UNIMPLEMENTED.
 
 Outputs always come back as ``raw_output_contents`` (what Triton's gRPC server sends and
 what ``tritonclient.grpc`` reads); inputs may be raw (all of them) or typed ``contents``.
@@ -19,8 +20,9 @@ UNAVAILABLE (with ``retry-after`` trailing metadata), 500 INTERNAL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -138,6 +140,13 @@ class PerInput:
         pass  # every buffer belongs to one input (request_of counted them)
 
 
+def _stream_error(request: Any, message: str) -> Any:
+    """A refusal on a stream: the message, with the request's id and model to match it."""
+    item = pb.ModelStreamInferResponse(error_message=message)
+    item.infer_response.id, item.infer_response.model_name = request.id, request.model_name
+    return item
+
+
 def response_of(request: Any, policy_name: str, policy_version: str,
                 tensors: list[tuple[str, str, np.ndarray, bool]]) -> Any:
     response = pb.ModelInferResponse(model_name=policy_name, model_version=policy_version, id=request.id)
@@ -159,13 +168,18 @@ class GrpcInferenceService:
         self.ready = ready
         self.errors = errors
 
+    def _refusal(self, exc: Exception) -> ServiceError:
+        """Every refusal as the service's error, counted; a bug as INTERNAL (logged)."""
+        error = as_service_error(exc, log, "gRPC call failed")
+        if self.errors is not None:
+            self.errors.error(error.code, error.status)
+        return error
+
     async def _answer(self, context: Any, make: Callable[[], Awaitable[Any]]) -> Any:
         try:
             return await make()
-        except Exception as exc:  # every refusal as a status; a bug as INTERNAL (logged)
-            error = as_service_error(exc, log, "gRPC call failed")
-            if self.errors is not None:
-                self.errors.error(error.code, error.status)
+        except Exception as exc:
+            error = self._refusal(exc)
             if error.headers:
                 context.set_trailing_metadata(tuple((k.lower(), v) for k, v in error.headers.items()))
             await context.abort(code_of(error), message_of(error))
@@ -199,16 +213,54 @@ class GrpcInferenceService:
             return response
         return await self._answer(context, make)
 
+    async def _infer(self, request: Any) -> Any:
+        decoded, data = request_of(request)
+        accepted, answerer, output = await self.infer.infer_message(
+            request.model_name, request.model_version or None, decoded, data)
+        response = response_of(request, accepted.policy.name, accepted.policy.version,
+                               answerer.tensors(accepted, output))
+        answerer.finish(accepted, "grpc_infer")
+        return response
+
     async def model_infer(self, request: Any, context: Any) -> Any:
-        async def make() -> Any:
-            decoded, data = request_of(request)
-            accepted, answerer, output = await self.infer.infer_message(
-                request.model_name, request.model_version or None, decoded, data)
-            response = response_of(request, accepted.policy.name, accepted.policy.version,
-                                   answerer.tensors(accepted, output))
-            answerer.finish(accepted, "grpc_infer")
-            return response
-        return await self._answer(context, make)
+        return await self._answer(context, lambda: self._infer(request))
+
+    async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        """Triton's streaming API: one response per request, in the order they are done.
+
+        Requests are answered concurrently, so they share batches; steps of one sequence
+        still apply in the order they arrived (the act path queues a session's requests
+        in order, as for concurrent JSON requests). A refused request is an
+        ``error_message`` response carrying the request's id; the stream goes on."""
+        done: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def answer(request: Any) -> None:
+            item = None
+            try:
+                item = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+            except Exception as exc:
+                item = _stream_error(request, message_of(self._refusal(exc)))
+            finally:  # every request gets its answer, or the stream would wait for it forever
+                done.put_nowait(item if item is not None else _stream_error(request, "internal error"))
+
+        async def read() -> None:
+            tasks: set[asyncio.Task[None]] = set()
+            try:
+                async for request in requests:
+                    task = asyncio.get_running_loop().create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+            finally:  # the client closed its side (or it broke): answer what came, then end
+                if tasks:
+                    await asyncio.wait(tasks)
+                done.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (item := await done.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
 
     def handler(self) -> grpc.GenericRpcHandler:
         calls = {"ServerLive": self.server_live, "ServerReady": self.server_ready, "ModelReady": self.model_ready,
@@ -219,6 +271,9 @@ class GrpcInferenceService:
             handlers[name] = grpc.unary_unary_rpc_method_handler(
                 calls[name], request_deserializer=pb.message(request).FromString,
                 response_serializer=pb.message(response).SerializeToString)
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            self.model_stream_infer, request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.message("ModelStreamInferResponse").SerializeToString)
         return grpc.method_handlers_generic_handler(pb.SERVICE, handlers)
 
 
