@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -304,11 +305,18 @@ def test_a_protocol_request_and_a_json_request_share_one_batch(repo):
     with running_server(["--repository", str(repo)], env={"RLSERVE_MAX_BATCH_DELAY_MS": "500"}) as base:
         c = triton.InferenceServerClient(base.removeprefix("http://"))
         obs = np.random.default_rng(31).uniform(-1, 1, (3, 4)).astype(np.float32)
-        results: list = []
-        thread = threading.Thread(target=lambda: results.append(c.infer("mlp", [tensor("obs", obs, True)])))
-        thread.start()
-        answer = act(base, "mlp", {"observation": [0.1, 0.2, 0.3, 0.4], "debug": True})
-        thread.join(30)
+        shares_one_batch_with_a_json_request(base, lambda: c.infer("mlp", [tensor("obs", obs, True)]))
         c.close()
+
+
+def shares_one_batch_with_a_json_request(base: str, send: Callable[[], Any]) -> None:
+    """``send()`` (a protocol request of 3 MLP rows, answered as tritonclient answers) and
+    a 1-row JSON act request, sent together to a server with a batching window, ran as one
+    runtime call."""
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(send()))
+    thread.start()
+    answer = act(base, "mlp", {"observation": [0.1, 0.2, 0.3, 0.4], "debug": True})
+    thread.join(30)
     assert len(results) == 1 and results[0].as_numpy("action").shape == (3,)
     assert answer["debug"]["batch_requests"] == 2 and answer["debug"]["batch_rows"] == 4

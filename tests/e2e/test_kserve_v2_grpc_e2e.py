@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from server_process import ServerProcess, free_port, rlserve_command, running_server
-from test_kserve_v2_e2e import MASKS, act, f32
+from test_kserve_v2_e2e import MASKS, act, f32, shares_one_batch_with_a_json_request
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -335,14 +335,8 @@ def test_a_grpc_request_and_a_json_request_share_one_batch(repo):  # noqa: F811
                         env={"RLSERVE_MAX_BATCH_DELAY_MS": "500"}) as base:
         c = triton.InferenceServerClient(f"127.0.0.1:{port}")
         obs = np.random.default_rng(51).uniform(-1, 1, (3, 4)).astype(np.float32)
-        results: list = []
-        thread = threading.Thread(target=lambda: results.append(c.infer("mlp", [tensor("obs", obs)])))
-        thread.start()
-        answer = act(base, "mlp", {"observation": [0.1, 0.2, 0.3, 0.4], "debug": True})
-        thread.join(30)
+        shares_one_batch_with_a_json_request(base, lambda: c.infer("mlp", [tensor("obs", obs)]))
         c.close()
-    assert len(results) == 1 and results[0].as_numpy("action").shape == (3,)
-    assert answer["debug"]["batch_requests"] == 2 and answer["debug"]["batch_rows"] == 4
 
 
 def test_workers_share_the_grpc_port(repo):  # noqa: F811
@@ -419,13 +413,16 @@ def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_js
 def test_streamed_steps_sent_back_to_back_to_a_replica_that_must_read_the_sequence_apply_in_order(
         repo, redis_server):  # noqa: F811
     """The sequence started on one server; another one gets its next steps on a stream, all
-    sent at once. It must read the session from the store first; the later steps still
-    apply in order, after that read, and equal a JSON session's."""
+    sent at once with their step indexes, and must read the session from the store first.
+    Its batching window (200 ms) holds each step long enough for the later ones to
+    arrive: they wait for the step before them (a step index counts answered steps), apply
+    in order and equal a JSON session's."""
     ports = [free_port(), free_port()]
     env = {"RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_MAX_BATCH_DELAY_MS": "1"}
     observations = _lstm_observations(6, seed=81)
     with running_server(["--repository", str(repo), "--grpc-port", str(ports[0])], env=env) as base, \
-            running_server(["--repository", str(repo), "--grpc-port", str(ports[1])], env=env):
+            running_server(["--repository", str(repo), "--grpc-port", str(ports[1])],
+                           env={**env, "RLSERVE_MAX_BATCH_DELAY_MS": "200"}):
         first, second = (triton.InferenceServerClient(f"127.0.0.1:{port}") for port in ports)
         started = first.infer("lstm", [tensor("obs", observations[0][None])], sequence_id="moved",
                               sequence_start=True, parameters={"explore": False})

@@ -140,6 +140,16 @@ class PerInput:
         pass  # every buffer belongs to one input (request_of counted them)
 
 
+def _sequence_key(request: Any) -> tuple[str, str] | None:
+    """(model, sequence id) of a sequence's step; None outside any sequence."""
+    parameter = request.parameters.get("sequence_id")
+    choice = None if parameter is None else parameter.WhichOneof("parameter_choice")
+    if choice is None:
+        return None
+    value = getattr(parameter, choice)
+    return None if value in (0, "") else (request.model_name, str(value))
+
+
 def _stream_error(request: Any, message: str) -> Any:
     """A refusal on a stream: the message, with the request's id and model to match it."""
     item = pb.ModelStreamInferResponse(error_message=message)
@@ -228,28 +238,40 @@ class GrpcInferenceService:
     async def model_stream_infer(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         """Triton's streaming API: one response per request, in the order they are done.
 
-        Requests are answered concurrently, so they share batches; steps of one sequence
-        still apply in the order they arrived (the act path queues a session's requests
-        in order, as for concurrent JSON requests). A refused request is an
+        Requests are answered concurrently (so they share batches), except that a step of
+        a sequence waits until the step sent before it on this stream is answered: a
+        client may send a sequence's steps without waiting for answers, step indexes
+        (``parameters.step``) included, and they apply in order. A refused request is an
         ``error_message`` response carrying the request's id; the stream goes on."""
         done: asyncio.Queue[Any] = asyncio.Queue()
+        last: dict[tuple[str, str], asyncio.Task[None]] = {}  # each sequence's latest step on this stream
 
-        async def answer(request: Any) -> None:
+        async def answer(request: Any, before: asyncio.Task[None] | None) -> None:
             item = None
             try:
+                if before is not None:
+                    await asyncio.wait([before])
                 item = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
             except Exception as exc:
                 item = _stream_error(request, message_of(self._refusal(exc)))
             finally:  # every request gets its answer, or the stream would wait for it forever
                 done.put_nowait(item if item is not None else _stream_error(request, "internal error"))
 
+        def forget(key: tuple[str, str], task: asyncio.Task[None]) -> None:
+            if last.get(key) is task:
+                del last[key]
+
         async def read() -> None:
             tasks: set[asyncio.Task[None]] = set()
             try:
                 async for request in requests:
-                    task = asyncio.get_running_loop().create_task(answer(request))
+                    key = _sequence_key(request)
+                    task = asyncio.get_running_loop().create_task(answer(request, last.get(key) if key else None))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
+                    if key is not None:
+                        last[key] = task
+                        task.add_done_callback(lambda t, key=key: forget(key, t))
             finally:  # the client closed its side (or it broke): answer what came, then end
                 if tasks:
                     await asyncio.wait(tasks)

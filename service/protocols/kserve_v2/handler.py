@@ -43,6 +43,7 @@ from rlserve.service.protocols.kserve_v2.request import (
 from rlserve.service.protocols.kserve_v2.response import Answer, Answerer, plan_outputs
 from rlserve.service.protocols.kserve_v2.tensors import read_input
 from rlserve.service.protocols.kserve_v2.wire import InferRequest, InferRequestInput
+from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
 from rlserve.service.sessions.base import SessionMiss, after_loading
@@ -77,15 +78,8 @@ class InferService:
 
     async def infer(self, name: str, version: str | None, header_length: str | None, body: bytes) -> Answer:
         started = time.perf_counter()
-
-        def accept() -> tuple[Accepted, Answerer]:
-            return self._accept(name, version, header_length, body, started)
-
-        try:
-            accepted, call = accept()
-        except SessionMiss as miss:
-            accepted, call = await after_loading(miss, accept)
-        output, info = await self.act.submit(accepted)
+        accepted, call, output, info = await self._served(
+            lambda: self._accept(name, version, header_length, body, started))
         return call.encode(accepted, output, info)
 
     async def infer_message(self, name: str, version: str | None, req: InferRequest,
@@ -93,16 +87,20 @@ class InferService:
         """A request decoded elsewhere (the gRPC service's) with its binary data: the
         accepted request, its answerer and its rows of the batch (or its kept answer)."""
         started = time.perf_counter()
+        accepted, call, output, _ = await self._served(
+            lambda: self._accept_request(name, version, req, data, started))
+        return accepted, call, output
 
-        def accept() -> tuple[Accepted, Answerer]:
-            return self._accept_request(name, version, req, data, started)
-
+    async def _served(self, accept: Callable[[], tuple[Accepted, Answerer]]) -> tuple[
+            Accepted, Answerer, StepOutput | KeptAnswer, BatchInfo]:
+        """Accept (after reading the sequence from the store, when it is not held here)
+        and wait for the batch."""
         try:
             accepted, call = accept()
         except SessionMiss as miss:
             accepted, call = await after_loading(miss, accept)
-        output, _ = await self.act.submit(accepted)
-        return accepted, call, output
+        output, info = await self.act.submit(accepted)
+        return accepted, call, output, info
 
     def _accept(self, name: str, version: str | None, header_length: str | None, body: bytes,
                 started: float) -> tuple[Accepted, Answerer]:
