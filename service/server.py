@@ -65,6 +65,10 @@ def serve_main(argv: list[str] | None = None) -> int:
         print("rlserve serve: --grpc-port 0 would give each worker its own port; name one for all workers",
               file=sys.stderr)
         return STARTUP_REFUSED
+    if settings.grpc_port and settings.grpc_port == settings.port:
+        print(f"rlserve serve: --grpc-port {settings.grpc_port} is the HTTP port too; gRPC needs a port of its own "
+              "(Triton uses 8001)", file=sys.stderr)
+        return STARTUP_REFUSED
     if settings.workers > 1:
         from rlserve.service.workers import run_workers
 

@@ -376,10 +376,14 @@ def test_sigterm_answers_a_grpc_call_in_flight_before_it_exits(repo):  # noqa: F
         server.stop()
 
 
-def test_a_grpc_port_zero_is_refused_with_workers(repo):  # noqa: F811
+def test_a_grpc_port_it_cannot_use_is_refused_at_start(repo):  # noqa: F811
     done = subprocess.run([*rlserve_command(), "serve", "--repository", str(repo), "--workers", "2",
                            "--grpc-port", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--grpc-port 0" in done.stderr
+    port = str(free_port())
+    done = subprocess.run([*rlserve_command(), "serve", "--repository", str(repo), "--port", port,
+                           "--grpc-port", port], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"--grpc-port {port} is the HTTP port" in done.stderr
 
 
 def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_json_session(repo, redis_server):  # noqa: F811
