@@ -21,6 +21,7 @@ UNAVAILABLE (with ``retry-after`` trailing metadata), 500 INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -257,7 +258,7 @@ class GrpcInferenceService:
             finally:  # every request gets its answer, or the stream would wait for it forever
                 done.put_nowait(item if item is not None else _stream_error(request, "internal error"))
 
-        def forget(key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        def forget(key: tuple[str, str], task: asyncio.Task[None]) -> None:  # once it is answered
             if last.get(key) is task:
                 del last[key]
 
@@ -271,7 +272,7 @@ class GrpcInferenceService:
                     task.add_done_callback(tasks.discard)
                     if key is not None:
                         last[key] = task
-                        task.add_done_callback(lambda t, key=key: forget(key, t))
+                        task.add_done_callback(functools.partial(forget, key))
             finally:  # the client closed its side (or it broke): answer what came, then end
                 if tasks:
                     await asyncio.wait(tasks)
