@@ -37,10 +37,12 @@ def rlserve_command() -> list[str]:
 
 
 def _tail(log: IO[bytes] | None) -> str:
+    """The end of what the server wrote so far. Read with pread: the file's offset is shared
+    with the running server's stderr, and moving it would make the server write over it."""
     if log is None:
         return ""
-    log.seek(0)
-    return log.read().decode(errors="replace")[-2000:]
+    fd = log.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")[-2000:]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_S,
