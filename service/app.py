@@ -154,7 +154,6 @@ async def _start_grpc(app: RLServeApp) -> Any:
         state.metrics)
     server, port = await start_server(service, settings.host, settings.grpc_port, settings.max_body_bytes)
     log.info("Open Inference Protocol over gRPC on %s:%d", settings.host, port)
-    state.grpc_port = port
     return server
 
 

@@ -61,13 +61,9 @@ def serve_main(argv: list[str] | None = None) -> int:
         print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return STARTUP_REFUSED
     _configure_logging(settings)
-    if settings.workers > 1 and settings.grpc_port == 0:
-        print("rlserve serve: --grpc-port 0 would give each worker its own port; name one for all workers",
-              file=sys.stderr)
-        return STARTUP_REFUSED
-    if settings.grpc_port and settings.grpc_port == settings.port:
-        print(f"rlserve serve: --grpc-port {settings.grpc_port} is the HTTP port too; gRPC needs a port of its own "
-              "(Triton uses 8001)", file=sys.stderr)
+    refusal = _grpc_refusal(settings)
+    if refusal is not None:
+        print(f"rlserve serve: {refusal}", file=sys.stderr)
         return STARTUP_REFUSED
     if settings.workers > 1:
         from rlserve.service.workers import run_workers
@@ -87,10 +83,6 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
 
     from rlserve.service.app import create_app
 
-    if settings.grpc_port is not None and not grpc_available():
-        print("rlserve serve: RLSERVE_GRPC_PORT / --grpc-port needs grpcio: pip install 'rlserve[grpc]'",
-              file=sys.stderr)
-        return STARTUP_REFUSED
     app = create_app(settings)
     # A checkpoint named on the command line is what the user asked to serve: one that does
     # not load stops the start (a repository's bundles that fail are listed, not fatal).
@@ -119,8 +111,18 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     return 0
 
 
-def grpc_available() -> bool:
-    return importlib.util.find_spec("grpc") is not None  # the [grpc] extra
+def _grpc_refusal(settings: Settings) -> str | None:
+    """Why the gRPC settings cannot start (checked once, before any worker starts)."""
+    port = settings.grpc_port
+    if port is None:
+        return None
+    if importlib.util.find_spec("grpc") is None:  # the [grpc] extra
+        return "RLSERVE_GRPC_PORT / --grpc-port needs grpcio: pip install 'rlserve[grpc]'"
+    if port == 0 and settings.workers > 1:
+        return "--grpc-port 0 would give each worker its own port; name one for all workers"
+    if port and port == settings.port:
+        return f"--grpc-port {port} is the HTTP port too; gRPC needs a port of its own (Triton uses 8001)"
+    return None
 
 
 def _draining_server(base: type) -> type:

@@ -35,8 +35,8 @@ from rlserve.service.protocols.kserve_v2 import grpc_messages as pb
 from rlserve.service.protocols.kserve_v2 import metadata
 from rlserve.service.protocols.kserve_v2.errors import message_of
 from rlserve.service.protocols.kserve_v2.handler import InferService
-from rlserve.service.protocols.kserve_v2.request import decode_failure
-from rlserve.service.protocols.kserve_v2.tensors import DATATYPES, read_input
+from rlserve.service.protocols.kserve_v2.request import decode_failure, sequence_id
+from rlserve.service.protocols.kserve_v2.tensors import DATATYPES, read_input, wire_array
 from rlserve.service.protocols.kserve_v2.wire import InferRequest, InferRequestInput
 
 log = logging.getLogger("rlserve.grpc")
@@ -142,13 +142,17 @@ class PerInput:
 
 
 def _sequence_key(request: Any) -> tuple[str, str] | None:
-    """(model, sequence id) of a sequence's step; None outside any sequence."""
+    """(model, session id) of a sequence's step; None outside any sequence, and for an id
+    that does not parse (the request itself is then refused, naming it)."""
     parameter = request.parameters.get("sequence_id")
     choice = None if parameter is None else parameter.WhichOneof("parameter_choice")
     if choice is None:
         return None
-    value = getattr(parameter, choice)
-    return None if value in (0, "") else (request.model_name, str(value))
+    try:
+        session_id = sequence_id(getattr(parameter, choice))
+    except BadRequest:
+        return None
+    return None if session_id is None else (request.model_name, session_id)
 
 
 def _stream_error(request: Any, message: str) -> Any:
@@ -162,7 +166,7 @@ def response_of(request: Any, policy_name: str, policy_version: str,
                 tensors: list[tuple[str, str, np.ndarray, bool]]) -> Any:
     response = pb.ModelInferResponse(model_name=policy_name, model_version=policy_version, id=request.id)
     for name, datatype, arr, _ in tensors:
-        arr = np.ascontiguousarray(arr, dtype=DATATYPES[datatype])
+        arr = wire_array(arr, datatype)
         response.outputs.add(name=name, datatype=datatype, shape=arr.shape)
         response.raw_output_contents.append(arr.tobytes())
     return response

@@ -116,10 +116,14 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
         return arr.astype(dtype, copy=False).reshape(inp.shape)
 
 
+def wire_array(arr: np.ndarray, datatype: str) -> np.ndarray:
+    """``arr`` as an output's datatype, C-ordered: what its bytes on the wire are made of."""
+    return np.ascontiguousarray(arr, dtype=DATATYPES[datatype])
+
+
 def write_output(name: str, arr: np.ndarray, datatype: str, binary: bool, blobs: list[bytes]) -> InferResponseOutput:
     """``arr`` (B, ...) as a response output; binary data is appended to ``blobs``."""
-    dtype = DATATYPES[datatype]
-    arr = np.ascontiguousarray(arr, dtype=dtype)
+    arr = wire_array(arr, datatype)
     shape = list(arr.shape)
     if binary:
         raw = arr.tobytes()
