@@ -24,7 +24,7 @@ from gymnasium import spaces as gs
 
 from ._math import F32
 from .base import ActionDistribution
-from .categorical import _Cat, _check_indices, _reject_nan, sample_index
+from .categorical import _Cat, _check_indices, _reject_nan
 
 __all__ = ["BinaryAutoregressive", "RLLIB_PATHS"]
 
@@ -78,8 +78,8 @@ class BinaryAutoregressive(ActionDistribution):
 
     def _sample(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         self._rng = rng
-        a1 = sample_index(self.a1.probs, rng)
-        return a1, sample_index(_Cat(self.a2_logits(a1), type(self).__name__).probs, rng)
+        a1 = self.a1.sample(rng)
+        return a1, _Cat(self.a2_logits(a1), type(self).__name__).sample(rng)
 
     def _mode(self) -> tuple[np.ndarray, np.ndarray]:
         a1 = self.a1.mode()
@@ -108,4 +108,4 @@ class BinaryAutoregressive(ActionDistribution):
 
     def entropy(self) -> np.ndarray:
         rng = self._rng if self._rng is not None else np.random.default_rng()
-        return self.entropy_given(sample_index(self.a1.probs, rng))
+        return self.entropy_given(self.a1.sample(rng))

@@ -10,7 +10,9 @@ Actions are category **indices** 0..n-1; for an integer Box they are indices
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from math import exp, log
 from typing import Any, cast
 
 import numpy as np
@@ -69,30 +71,103 @@ def _check_indices(actions: np.ndarray, n: int, where: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+# Blocks of at most this many logits (one environment's step, a few rows) are normalised
+# and sampled with Python floats: on so small an array a dozen numpy calls cost more than
+# the arithmetic, and several times more when a lone request runs with cold caches.
+_PY_BLOCK = 32
+
+
+def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | None:
+    """Normalised logits (float64) and probabilities (rounded to float32) of a small block,
+    row by row; None when a row holds NaN or a logit beyond the short path's range (the
+    numpy functions then refuse or handle it)."""
+    logits, probs = [], []
+    for row in x.tolist():
+        m = max(row)
+        if not abs(m) < _SHORT_PATH_MAX:  # False for NaN as well
+            return None
+        e = [exp(v - m) for v in row]
+        s = 0.0
+        for v in e:
+            s += v
+        if s != s:  # a NaN that max() stepped over
+            return None
+        lse = log(s) + m
+        logits.append([v - lse for v in row])
+        probs.append(array("f", [v / s for v in e]).tolist())
+    return logits, probs
+
+
 class _Cat:
     """One categorical over the last axis of a (B, n) logits block.
 
     Built once per served batch, so it does the arithmetic of ``log_softmax32`` and
     ``softmax32`` (the same float32 operations in the same order, hence the same numbers)
-    in a dozen numpy calls when the logits are ordinary; NaN rows are refused here.
+    in a dozen numpy calls when the logits are ordinary; NaN rows are refused here. A block
+    of at most ``_PY_BLOCK`` logits is computed with Python floats instead (float64, the
+    probabilities rounded to float32): the same numbers to float32 rounding, the same draw
+    from the same generator, and the arrays are only built when something asks for them.
     """
 
     def __init__(self, raw_logits: np.ndarray, name: str):
         x = np.asarray(raw_logits, dtype=F32)
+        self.n = int(x.shape[1])
+        self._rows = _py_rows(x) if x.size <= _PY_BLOCK else None
+        self._logits: np.ndarray | None = None
+        self._probs: np.ndarray | None = None
+        if self._rows is not None:
+            return
         m = _max(x, axis=1, keepdims=True)
         if _max(np.abs(m), axis=None) < _SHORT_PATH_MAX:  # False for NaN as well
             s = _add(np.exp(x - m), axis=1, keepdims=True, dtype=F32)
-            self.logits = x - (np.log(s) + m)
-            e = np.exp(self.logits - _max(self.logits, axis=1, keepdims=True))
-            self.probs = e / _add(e, axis=1, keepdims=True, dtype=F32)
+            self._logits = x - (np.log(s) + m)
+            e = np.exp(self._logits - _max(self._logits, axis=1, keepdims=True))
+            self._probs = e / _add(e, axis=1, keepdims=True, dtype=F32)
         else:
             _reject_nan(x, name)
-            self.logits = log_softmax32(x)
-            self.probs = softmax32(self.logits)
-        self.n = int(x.shape[1])
+            self._logits = log_softmax32(x)
+            self._probs = softmax32(self._logits)
+
+    @property
+    def logits(self) -> np.ndarray:
+        if self._logits is None:
+            assert self._rows is not None
+            self._logits = np.array(self._rows[0], dtype=F32).reshape(len(self._rows[0]), self.n)
+        return self._logits
+
+    @property
+    def probs(self) -> np.ndarray:
+        if self._probs is None:
+            assert self._rows is not None
+            self._probs = np.array(self._rows[1], dtype=F32).reshape(len(self._rows[1]), self.n)
+        return self._probs
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self._rows is None:
+            return sample_index(self.probs, rng)
+        probs = self._rows[1]
+        # sample_index's rule with the same uniforms: the first index whose float64 CDF
+        # exceeds u * total, else the last index with mass.
+        drawn = []
+        for p, u in zip(probs, rng.random(len(probs)).tolist(), strict=True):
+            total = 0.0
+            for v in p:
+                total += v
+            target, cdf, index = u * total, 0.0, -1
+            for i, v in enumerate(p):
+                cdf += v
+                if cdf > target:
+                    index = i
+                    break
+            if index < 0:
+                index = max(i for i, v in enumerate(p) if v > 0)
+            drawn.append(index)
+        return np.array(drawn, dtype=np.int64)
 
     def mode(self) -> np.ndarray:
-        return np.argmax(self.probs, axis=1).astype(np.int64, copy=False)
+        if self._rows is None:
+            return np.argmax(self.probs, axis=1).astype(np.int64, copy=False)
+        return np.array([p.index(max(p)) for p in self._rows[1]], dtype=np.int64)
 
     def logp(self, idx: np.ndarray, where: str) -> np.ndarray:
         idx = _check_indices(idx, self.n, where)
@@ -100,7 +175,9 @@ class _Cat:
 
     def own_logp(self, idx: np.ndarray) -> np.ndarray:
         """logp of indices this categorical drew itself: valid by construction."""
-        return self.logits[np.arange(idx.shape[0]), idx]
+        if self._rows is None:
+            return self.logits[np.arange(idx.shape[0]), idx]
+        return np.array([row[i] for row, i in zip(self._rows[0], idx.tolist(), strict=True)], dtype=F32)
 
     def entropy(self) -> np.ndarray:
         p_log_p = (np.maximum(self.logits, _F32_MIN) * self.probs).astype(F32)
@@ -133,7 +210,7 @@ class Categorical(ActionDistribution):
         return self._cat.logits
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
-        return sample_index(self._cat.probs, rng)
+        return self._cat.sample(rng)
 
     def _mode(self) -> np.ndarray:
         return self._cat.mode()
@@ -187,7 +264,7 @@ class MultiCategorical(ActionDistribution):
         return stacked
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
-        return self._shape(np.stack([sample_index(c.probs, rng) for c in self.cats], axis=1))
+        return self._shape(np.stack([c.sample(rng) for c in self.cats], axis=1))
 
     def _mode(self) -> np.ndarray:
         return self._shape(np.stack([c.mode() for c in self.cats], axis=1))

@@ -299,6 +299,92 @@ def test_masked_logits_stay_finite():
     np.testing.assert_array_equal(dist.deterministic_sample(), [2, 2])
 
 
+# ------------------------------------------------------- small blocks in Python floats
+
+_MASKED = -3.4028235e38
+
+
+def _small_blocks() -> list[np.ndarray]:
+    """Blocks small enough for the Python path: random, masked, -inf, exact ties, logits far
+    from zero, one row of two logits and one of 32."""
+    rng = np.random.default_rng(7)
+    return [
+        rng.normal(0.0, 2.0, size=(1, 4)),
+        rng.normal(0.0, 2.0, size=(8, 4)),
+        rng.normal(0.0, 5.0, size=(2, 16)),
+        rng.normal(0.0, 1.0, size=(1, 32)),
+        np.array([[0.1, _MASKED, 0.2, _MASKED], [_MASKED, _MASKED, 1.0, _MASKED]]),
+        np.array([[-np.inf, 0.5, 0.25, -np.inf]]),
+        np.array([[1.5, 1.5, -2.0, 1.5], [0.0, 0.0, 0.0, 0.0]]),  # the first of tied maxima
+        np.array([[1e20, 1e20 - 1e14, -1e20, 0.0]]),
+        np.array([[3.0, -30.0]]),
+    ]
+
+
+@pytest.mark.parametrize("block", _small_blocks(), ids=lambda b: f"{b.shape[0]}x{b.shape[1]}")
+def test_small_blocks_in_python_floats_agree_with_the_numpy_path(block, monkeypatch):
+    """A block of at most ``_PY_BLOCK`` logits is normalised and sampled with Python floats
+    (the served single-observation batch); it must give the numpy path's numbers to float32
+    rounding and the same draws from the same generator."""
+    from rlserve.models.distributions import categorical
+
+    x = block.astype(np.float32)
+    assert x.size <= categorical._PY_BLOCK
+    spec = get_action_dist(gs.Discrete(x.shape[1]))
+    small = spec.build(x)
+    assert small._cat._rows is not None  # the Python path was taken
+    monkeypatch.setattr(categorical, "_PY_BLOCK", -1)
+    ref = spec.build(x)
+    assert ref._cat._rows is None
+
+    _close(small.logp_each_action(), ref.logp_each_action(), rtol=1e-6, atol=1e-6)
+    _close(small.probs, ref.probs, rtol=1e-6, atol=1e-7)
+    _close(small.entropy(), ref.entropy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(small.deterministic_sample(), ref.deterministic_sample())
+    _close(small.logp_of_sample(), ref.logp_of_sample(), rtol=1e-6, atol=1e-6)
+
+    draws = 2000
+    ours = np.stack([small.sample(g) for g in [np.random.default_rng(11)] for _ in range(draws)])
+    theirs = np.stack([ref.sample(g) for g in [np.random.default_rng(11)] for _ in range(draws)])
+    differ = ours != theirs
+    if differ.any():  # only where u * total falls within float32 rounding of a CDF step
+        us = np.random.default_rng(11).random((draws, x.shape[0]))
+        cdf = np.cumsum(ref.probs.astype(np.float64), axis=1)
+        gap = np.min(np.abs(cdf[None] - (us * cdf[:, -1])[..., None]), axis=-1)
+        assert np.all(gap[differ] < 1e-6), gap[differ]
+    assert differ.mean() < 1e-3
+    assert np.all(ref.probs[np.arange(x.shape[0]), ours] > 0)  # never a masked index
+    _close(small.logp(ours[0]), ref.logp(ours[0]), rtol=1e-6, atol=1e-6)
+
+
+def test_small_blocks_refuse_nan_and_leave_huge_logits_to_numpy():
+    from rlserve.models.distributions import categorical
+
+    spec = get_action_dist(gs.Discrete(3))
+    for row in ([0.0, np.nan, 1.0], [np.nan, 0.0, 1.0]):  # max() skips a NaN that is not first
+        with pytest.raises(DistributionError, match=r"NaN in rows \[1\]"):
+            spec.build(np.array([[0.0, 1.0, 2.0], row], np.float32))
+    with np.errstate(invalid="ignore"):
+        huge = spec.build(np.array([[np.inf, 0.0, 1.0]], np.float32))
+    assert huge._cat._rows is None
+    assert categorical._PY_BLOCK >= 20  # a categorical over 2-20 logits stays off numpy at B = 1
+
+
+def test_small_multicategorical_blocks_sample_like_the_numpy_path(monkeypatch):
+    from rlserve.models.distributions import categorical
+
+    x = np.random.default_rng(3).normal(size=(2, 5)).astype(np.float32)
+    spec = get_action_dist(gs.MultiDiscrete([3, 2]))
+    small = spec.build(x)
+    assert all(cat._rows is not None for cat in small.cats)
+    ours = [small.sample(np.random.default_rng(seed)) for seed in range(50)]
+    monkeypatch.setattr(categorical, "_PY_BLOCK", -1)
+    ref = spec.build(x)
+    np.testing.assert_array_equal(ours, [ref.sample(np.random.default_rng(seed)) for seed in range(50)])
+    _close(small.logp(ours[0]), ref.logp(ours[0]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(small.deterministic_sample(), ref.deterministic_sample())
+
+
 # --------------------------------------------------------------------------- catalog
 
 @pytest.mark.parametrize(
