@@ -316,6 +316,13 @@ def test_refusals_are_status_codes_whose_message_names_the_tensor(client, stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shape" in info.value.details()
+    del request.raw_input_contents[:]  # no data at all: named in gRPC's terms, not REST's 'data'
+    request.inputs[0].shape[:] = [1, 4]
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "raw_input_contents or contents.fp32_contents" in info.value.details()
+    assert "'data'" not in info.value.details()
 
 
 def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):

@@ -108,6 +108,11 @@ def request_of(message: Any) -> tuple[InferRequest, PerInput]:
             body["parameters"]["binary_data_size"] = len(raw[index])
         elif tensor.HasField("contents"):
             body["data"] = _typed_contents(tensor)
+        elif tensor.datatype in DATATYPES:  # (an unknown datatype is named by read_input)
+            wanted = _CONTENTS.get(tensor.datatype)
+            expected = "raw_input_contents" + ("" if wanted is None else f" or contents.{wanted}")
+            raise BadRequest(f"input '{tensor.name}': no data; send it in {expected}",
+                             field=f"{tensor.name}.contents", expected=expected, received=None)
         inputs.append(body)
     request: dict[str, Any] = {"inputs": inputs, "parameters": parameters_of(message.parameters, "parameters")}
     if message.id:
