@@ -48,6 +48,29 @@ def _normal_log_prob(value: np.ndarray, loc: np.ndarray, scale: np.ndarray) -> n
         return (out - np.log(scale).astype(F32) - _LOG_SQRT_2PI).astype(F32)
 
 
+# Blocks of at most this many action values (one environment's step) take Python floats
+# for the logp of the served sample, as small categoricals do (see categorical._PY_BLOCK).
+_PY_BLOCK = 32
+_LOG_SQRT_2PI_64 = math.log(math.sqrt(2 * math.pi))
+
+
+def _py_normal_logp(values: list[list[float]], means: list[list[float]],
+                    stds: list[list[float]]) -> list[float] | None:
+    """``_normal_log_prob`` summed per row, in float64 (the same to float32 rounding); None
+    when a std is not a positive finite number or a value is NaN (``logp`` handles, or
+    refuses, those)."""
+    out = []
+    for value_row, mean_row, std_row in zip(values, means, stds, strict=True):
+        total = 0.0
+        for value, mean, std in zip(value_row, mean_row, std_row, strict=True):
+            if not 0.0 < std < math.inf or value != value:  # a NaN std fails the first test
+                return None
+            diff = value - mean
+            total += -(diff * diff) / (2.0 * (std * std)) - math.log(std) - _LOG_SQRT_2PI_64
+        out.append(total)
+    return out
+
+
 def _check_actions(dist: ActionDistribution, actions: Any, width: int) -> np.ndarray:
     arr = as_f32(dist._check_batch(actions, "logp"))
     arr = arr.reshape(dist.batch_size, -1)
@@ -84,6 +107,16 @@ class DiagGaussian(ActionDistribution):
     def logp(self, actions: Any) -> np.ndarray:
         x = _check_actions(self, actions, self.mean.shape[1])
         return sum32(_normal_log_prob(x, self.mean, self.std))
+
+    def _own_logp(self, sample: np.ndarray) -> np.ndarray:
+        """logp of this distribution's own sample or mode: for a small block with ordinary
+        numbers, Python floats instead of a score of numpy calls; else ``logp``."""
+        if sample.size <= _PY_BLOCK:
+            x = sample.reshape(self.batch_size, -1)
+            small = _py_normal_logp(x.tolist(), self.mean.tolist(), self.std.tolist())
+            if small is not None:
+                return np.array(small, dtype=F32)
+        return self.logp(sample)
 
     def entropy(self) -> np.ndarray:
         with np.errstate(divide="ignore"):

@@ -385,6 +385,40 @@ def test_small_multicategorical_blocks_sample_like_the_numpy_path(monkeypatch):
     np.testing.assert_array_equal(small.deterministic_sample(), ref.deterministic_sample())
 
 
+@pytest.mark.parametrize("shape,batch", [((1,), 1), ((2,), 1), ((6,), 2), ((4,), 16)])
+def test_diag_gaussian_logp_of_its_sample_agrees_with_logp(shape, batch, monkeypatch):
+    """The served logp of a DiagGaussian's own sample skips the action checks, and small
+    blocks take Python floats: the same numbers as ``logp`` to float32 rounding."""
+    from rlserve.models.distributions import gaussian
+
+    width = int(np.prod(shape))
+    inputs = np.random.default_rng(9).normal(0.0, 1.5, size=(batch, 2 * width)).astype(np.float32)
+    inputs[0, width] = -30.0  # a tiny std
+    dist = get_action_dist(gs.Box(-1, 1, shape)).build(inputs)
+    calls = []
+    real = gaussian._py_normal_logp
+    monkeypatch.setattr(gaussian, "_py_normal_logp", lambda *a: calls.append(1) or real(*a))
+    for draw_from in (lambda: dist.sample(np.random.default_rng(4)), dist.deterministic_sample):
+        draw = draw_from()
+        _close(dist.logp_of_sample(), dist.logp(draw), rtol=1e-6, atol=1e-5)
+    assert len(calls) == (2 if batch * width <= gaussian._PY_BLOCK else 0)
+
+
+def test_diag_gaussian_logp_of_its_sample_outside_the_python_path():
+    """A std that underflows to 0 or overflows to inf gives what ``logp`` gives (numpy's
+    errstate path), never a Python exception; a NaN mean is refused as ``logp`` refuses it."""
+    spec = get_action_dist(gs.Box(-1, 1, (2,)))
+    with np.errstate(all="ignore"):
+        for row in ([0.5, -1.0, -200.0, 0.0], [0.5, -1.0, 100.0, 0.0]):
+            dist = spec.build(np.array([row], np.float32))
+            draw = dist.deterministic_sample()
+            np.testing.assert_array_equal(dist.logp_of_sample(), dist.logp(draw))
+        dist = spec.build(np.array([[np.nan, 0.0, 0.0, 0.0]], np.float32))
+        dist.deterministic_sample()
+        with pytest.raises(DistributionError, match="NaN"):
+            dist.logp_of_sample()
+
+
 # --------------------------------------------------------------------------- catalog
 
 @pytest.mark.parametrize(
