@@ -78,9 +78,10 @@ _PY_BLOCK = 32
 
 
 def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | None:
-    """Normalised logits (float64) and probabilities (rounded to float32) of a small block,
-    row by row; None when a row holds NaN or a logit beyond the short path's range (the
-    numpy functions then refuse or handle it)."""
+    """``_Cat``'s float64 arithmetic with Python floats, row by row: the normalised logits
+    (float64, rounded when an array or a logp is built from them) and the probabilities
+    (rounded to float32). None when a row holds NaN or a logit beyond the short path's range
+    (the numpy functions then refuse or handle it)."""
     logits, probs = [], []
     for row in x.tolist():
         m = max(row)
@@ -88,7 +89,7 @@ def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | Non
             return None
         e = [exp(v - m) for v in row]
         s = 0.0
-        for v in e:
+        for v in e:  # left to right, as np.add.accumulate
             s += v
         if s != s:  # a NaN that max() stepped over
             return None
@@ -101,12 +102,16 @@ def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | Non
 class _Cat:
     """One categorical over the last axis of a (B, n) logits block.
 
-    Built once per served batch, so it does the arithmetic of ``log_softmax32`` and
-    ``softmax32`` (the same float32 operations in the same order, hence the same numbers)
-    in a dozen numpy calls when the logits are ordinary; NaN rows are refused here. A block
-    of at most ``_PY_BLOCK`` logits is computed with Python floats instead (float64, the
-    probabilities rounded to float32): the same numbers to float32 rounding, the same draw
-    from the same generator, and the arrays are only built when something asks for them.
+    Built once per served batch. Ordinary logits (every row's max below 1e30 in magnitude)
+    are normalised in float64: ``m = max``, ``e = exp(x - m)``, ``s`` = the left-to-right sum
+    of ``e``, logits ``x - (log(s) + m)`` and probabilities ``e / s``, each rounded once to
+    float32 (RLlib's float32 kernels give the same numbers to float32 rounding). A block of
+    at most ``_PY_BLOCK`` logits does that arithmetic with Python floats, a larger one with
+    numpy: the same IEEE operations in the same order, so a row gets the same bits whatever
+    batch it shares (exp and log are the C library's in both wherever numpy uses it for
+    float64; where numpy has its own SIMD float64 exp/log, a last-bit difference survives
+    the rounding to float32 about once in 10^9 values). Anything else (NaN, inf, huge) takes
+    the float32 functions of ``_math``, which refuse NaN rows.
     """
 
     def __init__(self, raw_logits: np.ndarray, name: str):
@@ -119,10 +124,11 @@ class _Cat:
             return
         m = _max(x, axis=1, keepdims=True)
         if _max(np.abs(m), axis=None) < _SHORT_PATH_MAX:  # False for NaN as well
-            s = _add(np.exp(x - m), axis=1, keepdims=True, dtype=F32)
-            self._logits = x - (np.log(s) + m)
-            e = np.exp(self._logits - _max(self._logits, axis=1, keepdims=True))
-            self._probs = e / _add(e, axis=1, keepdims=True, dtype=F32)
+            x64 = x.astype(np.float64)
+            e = np.exp(x64 - m)
+            s = _accumulate(e, axis=1)[:, -1:]
+            self._logits = (x64 - (np.log(s) + m)).astype(F32)
+            self._probs = (e / s).astype(F32)
         else:
             _reject_nan(x, name)
             self._logits = log_softmax32(x)
