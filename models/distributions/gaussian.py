@@ -56,9 +56,9 @@ _LOG_SQRT_2PI_64 = math.log(math.sqrt(2 * math.pi))
 
 def _py_normal_logp(values: list[list[float]], means: list[list[float]],
                     stds: list[list[float]]) -> list[float] | None:
-    """``_normal_log_prob`` summed per row, in float64 (the same to float32 rounding); None
-    when a std is not a positive finite number or a value is NaN (``logp`` handles, or
-    refuses, those)."""
+    """The Normal log-density summed per row, in float64 (``DiagGaussian._own_logp``'s
+    arithmetic); None when a std is not a positive finite number or a value is NaN (``logp``
+    handles, or refuses, those)."""
     out = []
     for value_row, mean_row, std_row in zip(values, means, stds, strict=True):
         total = 0.0
@@ -109,13 +109,21 @@ class DiagGaussian(ActionDistribution):
         return sum32(_normal_log_prob(x, self.mean, self.std))
 
     def _own_logp(self, sample: np.ndarray) -> np.ndarray:
-        """logp of this distribution's own sample or mode: for a small block with ordinary
-        numbers, Python floats instead of a score of numpy calls; else ``logp``."""
-        if sample.size <= _PY_BLOCK:
-            x = sample.reshape(self.batch_size, -1)
+        """logp of this distribution's own sample or mode, without ``logp``'s checks: the
+        Normal log-density in float64, summed left to right and rounded once to float32, with
+        Python floats for a small block and numpy for a larger one (the same operations in
+        the same order, so a row gets the same bits alone or batched; RLlib's float32 numbers
+        to float32 rounding). NaN values and a std that is 0 or inf go to ``logp``."""
+        x = sample.reshape(self.batch_size, -1)
+        if x.size <= _PY_BLOCK:
             small = _py_normal_logp(x.tolist(), self.mean.tolist(), self.std.tolist())
             if small is not None:
                 return np.array(small, dtype=F32)
+        elif not np.isnan(x).any() and ((self.std > 0) & (self.std < np.inf)).all():
+            diff = x.astype(np.float64) - self.mean
+            std = self.std.astype(np.float64)
+            per_dim = -(diff * diff) / (2.0 * (std * std)) - np.log(std) - _LOG_SQRT_2PI_64
+            return np.add.accumulate(per_dim, axis=1)[:, -1].astype(F32)
         return self.logp(sample)
 
     def entropy(self) -> np.ndarray:

@@ -417,6 +417,19 @@ def test_diag_gaussian_logp_of_its_sample_agrees_with_logp(shape, batch, monkeyp
     assert len(calls) == (2 if batch * width <= gaussian._PY_BLOCK else 0)
 
 
+def test_a_diag_gaussian_row_gets_the_same_logp_bits_alone_and_in_a_batch():
+    inputs = np.random.default_rng(12).normal(0.0, 1.0, size=(40, 6)).astype(np.float32)
+    spec = get_action_dist(gs.Box(-1, 1, (3,)))
+    batch = spec.build(inputs)
+    drawn = batch.sample(np.random.default_rng(2))
+    served = batch.logp_of_sample()
+    for i in range(len(inputs)):
+        alone = spec.build(inputs[i:i + 1])
+        alone.last_sample = drawn[i:i + 1]
+        np.testing.assert_array_equal(alone.logp_of_sample(), served[i:i + 1])
+    _close(served, batch.logp(drawn), rtol=1e-6, atol=1e-5)
+
+
 def test_diag_gaussian_logp_of_its_sample_outside_the_python_path():
     """A std that underflows to 0 or overflows to inf gives what ``logp`` gives (numpy's
     errstate path), never a Python exception; a NaN mean is refused as ``logp`` refuses it."""
