@@ -16,7 +16,14 @@ Three measurements, side by side in one run, with the load generator of bench_se
 Each ratio is measured in interleaved rounds (A then B, B then A, ...) with both servers
 up, and every round's ratio is printed: the machine is shared and its load drifts.
 
-    python scripts/bench_sessions.py [--duration 4] [--rounds 5] [--idle-sessions 1000000]
+Where processes run (measurement 1): with two or more CPUs, every server is pinned to CPU 0
+and the load generator and redis-server to CPU 1, as bench_server.py pins servers and its
+load generator, so that redis-server does not take CPU time from the server it is measured
+against (a deployment gives Redis cores of its own, often another host). ``--no-pin``
+leaves all three to the scheduler on the shared cores. Measurement 2 is never pinned: its
+second worker needs the second core.
+
+    python scripts/bench_sessions.py [--duration 4] [--rounds 5] [--idle-sessions 1000000] [--no-pin]
 
 Needs redis-server on PATH and the [redis] extra.
 """
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
+import bench_server  # noqa: E402
 from bench_server import (  # noqa: E402
     MINIMAL_APP,
     build_bundles,
@@ -183,6 +191,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--idle-sessions", type=int, default=1_000_000)
     parser.add_argument("--only", nargs="+", choices=["store", "workers", "memory"], default=None)
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2,
+                        help="store ratios: servers on CPU 0, load generator and redis-server on CPU 1 "
+                             "(default with >= 2 CPUs)")
     args = parser.parse_args()
     wanted = set(args.only or ["store", "workers", "memory"])
     rng = np.random.default_rng(0)
@@ -199,6 +210,12 @@ def main() -> None:
         servers: list[subprocess.Popen] = []
         try:
             if "store" in wanted:
+                all_cpus = os.sched_getaffinity(0)
+                if args.pin:
+                    bench_server.SERVER_CPUS, bench_server.LOAD_CPUS = {0}, {1}
+                    os.sched_setaffinity(redis_proc.pid, {1})
+                placement = "servers on CPU 0, load generator and redis-server on CPU 1" if args.pin else "none"
+                print(f"\nstore ratios, pinned: {placement}")
                 inproc = start_rlserve(repo, {})
                 external = {name: start_rlserve(repo, {"RLSERVE_SESSION_STORE": url, "RLSERVE_SESSION_CACHE": mode})
                             for name, url, mode in [("unix validate", unix_url, "validate"),
@@ -211,6 +228,8 @@ def main() -> None:
                 for proc in servers:
                     stop(proc)
                 servers.clear()
+                bench_server.SERVER_CPUS = bench_server.LOAD_CPUS = None
+                os.sched_setaffinity(redis_proc.pid, all_cpus)
             if "workers" in wanted:
                 store_env = {"RLSERVE_SESSION_STORE": unix_url}
                 one = start_rlserve(repo, store_env)
