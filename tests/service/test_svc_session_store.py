@@ -9,9 +9,13 @@ session between stores, and a store that does not answer is a 503, not a guess.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from conftest import error_of
+
+from rlserve.service.sessions.redis_store import COMMIT_LUA, VALIDATE_LUA
 
 pytestmark = pytest.mark.asyncio
 
@@ -70,6 +74,28 @@ async def test_a_restarted_replica_continues_from_the_store(make_client, redis_s
     text = app.state.metrics.render().decode()
     assert 'rlserve_session_cache_total{result="miss"} 1.0' in text
     assert 'rlserve_session_cache_total{result="hit"} 3.0' in text
+
+
+async def test_a_store_that_lost_its_scripts_loads_them_again(make_client, redis_server):
+    """Batches call their scripts by SHA; after SCRIPT FLUSH (what a Redis restart or
+    failover does to them) the next batch loads them again and the episode goes on."""
+    store = {"session_store": redis_server.url}
+    _, reference = make_client(("lstm",))
+    obs = observations(6, 6)
+    expected = await episode([reference], "lstm", "f", obs)
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    assert await episode([a, b], "lstm", "f", obs[:3]) == expected[:3]
+    redis = redis_server.client()
+    shas = [hashlib.sha1(script.encode()).hexdigest() for script in (COMMIT_LUA, VALIDATE_LUA)]
+    assert redis.script_exists(*shas) == [True, True]
+    redis.script_flush()
+    assert redis.script_exists(*shas) == [False, False]
+    for t in range(3, 6):  # alternating: both the validate (a stale copy) and the commit run
+        r = await step([a, b][t % 2], "lstm", "f", obs[t], t)
+        assert r.status_code == 200, r.text
+        assert r.json()["action"] == expected[t]
+    assert redis.script_exists(*shas) == [True, True]
 
 
 async def test_the_store_holds_a_ttl_and_a_compact_record(make_client, redis_server):
