@@ -137,16 +137,20 @@ class _Cat:
     @property
     def logits(self) -> np.ndarray:
         if self._logits is None:
-            assert self._rows is not None
-            self._logits = np.array(self._rows[0], dtype=F32).reshape(len(self._rows[0]), self.n)
+            self._logits = self._array(0)
         return self._logits
 
     @property
     def probs(self) -> np.ndarray:
         if self._probs is None:
-            assert self._rows is not None
-            self._probs = np.array(self._rows[1], dtype=F32).reshape(len(self._rows[1]), self.n)
+            self._probs = self._array(1)
         return self._probs
+
+    def _array(self, which: int) -> np.ndarray:
+        """The Python path's logits (0) or probabilities (1) as a (B, n) float32 array."""
+        assert self._rows is not None
+        rows = self._rows[which]
+        return np.array(rows, dtype=F32).reshape(len(rows), self.n)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         if self._rows is None:

@@ -30,7 +30,7 @@ import random
 import struct
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -107,7 +107,8 @@ return out
 """
 
 
-try:  # the [redis] extra installs redis[hiredis]; without it, redis-py packs commands itself
+_pack_command: Callable[[tuple[Any, ...]], bytes] | None
+try:  # the [redis] extra installs hiredis; without it, redis-py packs commands itself
     from hiredis import pack_command as _pack_command
 except ImportError:  # pragma: no cover - hiredis ships with the extra
     _pack_command = None
@@ -118,6 +119,7 @@ async def _evalsha(client: Any, sha: str, keys: Sequence[bytes], args: Sequence[
     connection with redis-py's own send, read and retry policy (both drop the connection
     on any error). A batch's commit has ~130 arguments; redis-py's generic command path
     encodes them one by one in Python, which cost ~0.3 ms of the event loop per batch."""
+    assert _pack_command is not None  # script() takes this path only with hiredis
     packed = _pack_command((b"EVALSHA", sha, len(keys), *keys, *args))
     pool = client.connection_pool
     conn = await pool.get_connection()
