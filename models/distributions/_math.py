@@ -15,6 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 F32 = np.float32
+# Blocks of at most this many values (one environment's step, a few rows) take Python
+# floats in the served distribution step (categorical sampling, the Gaussian's logp of
+# its sample): on so small an array a dozen numpy calls cost more than the arithmetic, and
+# several times more when a lone request runs with cold caches.
+SMALL_BLOCK = 32
 _LGAMMA = np.frompyfunc(math.lgamma, 1, 1)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces as gs
 
 from ._math import F32, log_softmax32, softmax32, sum32
+from ._math import SMALL_BLOCK as _PY_BLOCK
 from .base import ActionDistribution, ActionOutOfSupportError, DistributionError
 
 __all__ = ["Categorical", "MultiCategorical", "sample_index"]
@@ -69,12 +70,6 @@ def _check_indices(actions: np.ndarray, n: int, where: str) -> np.ndarray:
             f"(for an integer Box the index is value - low)"
         )
     return arr.astype(np.int64)
-
-
-# Blocks of at most this many logits (one environment's step, a few rows) are normalised
-# and sampled with Python floats: on so small an array a dozen numpy calls cost more than
-# the arithmetic, and several times more when a lone request runs with cold caches.
-_PY_BLOCK = 32
 
 
 def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | None:

@@ -22,11 +22,13 @@ from gymnasium import spaces as gs
 
 from ..spaces import shape_of
 from ._math import F32, as_f32, sum32
+from ._math import SMALL_BLOCK as _PY_BLOCK
 from .base import ActionDistribution, DistributionError, UnsupportedMethodError
 
 __all__ = ["DiagGaussian", "SquashedGaussian"]
 
-_LOG_SQRT_2PI = F32(math.log(math.sqrt(2 * math.pi)))
+_LOG_SQRT_2PI_64 = math.log(math.sqrt(2 * math.pi))
+_LOG_SQRT_2PI = F32(_LOG_SQRT_2PI_64)
 _HALF_LOG_2PI_PLUS_HALF = F32(0.5 + 0.5 * math.log(2 * math.pi))
 _SMALL_NUMBER = F32(1e-6)
 _MIN_LOG_STD, _MAX_LOG_STD = F32(-5.0), F32(2.0)
@@ -46,12 +48,6 @@ def _normal_log_prob(value: np.ndarray, loc: np.ndarray, scale: np.ndarray) -> n
         diff = (as_f32(value) - loc).astype(F32)
         out = (-(diff * diff).astype(F32) / (F32(2.0) * var)).astype(F32)
         return (out - np.log(scale).astype(F32) - _LOG_SQRT_2PI).astype(F32)
-
-
-# Blocks of at most this many action values (one environment's step) take Python floats
-# for the logp of the served sample, as small categoricals do (see categorical._PY_BLOCK).
-_PY_BLOCK = 32
-_LOG_SQRT_2PI_64 = math.log(math.sqrt(2 * math.pi))
 
 
 def _py_normal_logp(values: list[list[float]], means: list[list[float]],

@@ -210,20 +210,19 @@ class BatchStep:
         dist = spec.build(dist_inputs)
         explore = steps[0].explore
         uniform = all(s.explore is explore and not any(s.rngs) for s in steps)
-        rows_explore = None
-        if self.q_policy or not uniform:  # per-row modes: only epsilons and mixed batches read them
-            rows_explore = (np.full(dist_inputs.shape[0], explore) if uniform
-                            else np.repeat([s.explore for s in steps], [s.rows for s in steps]))
-        epsilon = self._epsilons(steps, rows_explore) if rows_explore is not None and self.q_policy else None
-        if epsilon is not None:
+        rows_explore = None if uniform else np.repeat([s.explore for s in steps], [s.rows for s in steps])
+        if self.q_policy:
+            modes = np.full(dist_inputs.shape[0], explore) if rows_explore is None else rows_explore
+            epsilon = self._epsilons(steps, modes)
             dist.set_epsilon(epsilon)  # type: ignore[attr-defined]
-        if uniform:
+        else:
+            epsilon = None
+        if rows_explore is None:
             # The common batch: one mode for every row, no seeded session. The sample's
             # logp skips re-validating indices the distribution drew itself.
             actions = dist.sample(self.rng) if explore else dist.deterministic_sample()
             logp = _optional(dist.logp_of_sample)
         else:
-            assert rows_explore is not None
             actions = self._act_mixed(steps, dist, dist_inputs, rows_explore, epsilon)
             logp = _optional(lambda: dist.logp(actions))
         wants_entropy = any("entropy" in s.extras for s in steps)
