@@ -9,7 +9,10 @@ session between stores, and a store that does not answer is a 503, not a guess.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -257,3 +260,33 @@ async def test_a_store_that_does_not_answer_is_503(make_client, redis_server):
     assert r.headers["retry-after"] == "1" and "redis.sock" in error_of(r)["message"]
     r = await client.post("/v1/models/lstm/act", json={"observation": obs[2]})
     assert r.status_code == 200  # stateless requests need no store
+
+
+async def test_a_store_that_stalls_is_503_within_its_timeout_and_the_episode_goes_on(make_client, redis_server):
+    """A redis-server that stops answering without closing its sockets (SIGSTOP: a hung
+    host, a long fork, a network partition) is refused within the store timeout, not
+    waited on forever; once it answers again the same step, sent again, continues the
+    episode exactly (nothing was written while it stalled)."""
+    timeout_s = 0.5
+    store = {"session_store": redis_server.unix_url, "session_store_timeout_s": timeout_s}
+    _, reference = make_client(("lstm",))
+    obs = observations(7, 6)
+    expected = await episode([reference], "lstm", "h", obs)
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    assert await episode([a, b], "lstm", "h", obs[:3]) == expected[:3]
+    redis_server.process.send_signal(signal.SIGSTOP)
+    try:
+        for client in (a, b):  # b holds a copy (the validate script stalls), a one from step 2
+            started = time.monotonic()
+            r = await asyncio.wait_for(step(client, "lstm", "h", obs[3], 3), 30)
+            waited = time.monotonic() - started
+            assert r.status_code == 503 and error_of(r)["code"] == "session_store_unavailable", r.text
+            assert r.headers["retry-after"] == "1"
+            assert timeout_s * 0.9 <= waited < timeout_s + 2.0, waited
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+    for t in range(3, 6):
+        r = await step([b, a][t % 2], "lstm", "h", obs[t], t)
+        assert r.status_code == 200, r.text
+        assert r.json()["action"] == expected[t]
