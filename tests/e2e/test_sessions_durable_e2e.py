@@ -121,19 +121,33 @@ async def test_two_replicas_alternating_steps_with_one_killed(replicas, reposito
 async def test_rolling_restart_under_load_fails_no_request(replicas, repository):
     servers = replicas(2, RLSERVE_SHUTDOWN_DRAIN_S="0.3")
     fleet = Fleet([s.url for s in servers])
-    total = SESSIONS * STEPS
-    milestones = [fleet.reached(total // 5), fleet.reached(2 * total // 5)]
+    started = fleet.reached(SESSIONS * STEPS // 5)
+    # Each restart must meet traffic whatever the machine's speed: on a quiet one the
+    # episodes once ended within the first drain, and no request saw a replica go. Steps
+    # STEPS // 2 and STEPS - 2 wait until the first and the second replica are down, so
+    # each replica's later steps are sent while it restarts (and fail over to the other).
+    # The first stop starts after a fifth of the steps, long before any session reaches
+    # a gate (sessions advance together), so the gates never hold every request slot.
+    down = [asyncio.Event(), asyncio.Event()]
+    gates = {STEPS // 2: down[0], STEPS - 2: down[1]}
     exit_codes = []
 
     async def roll() -> None:
-        for server, milestone in zip(servers, milestones, strict=True):
-            await milestone.wait()
+        await started.wait()
+        for server, is_down in zip(servers, down, strict=True):
             exit_codes.append(await asyncio.to_thread(server.terminate))  # SIGTERM: drain, finish, exit
+            is_down.set()
             await asyncio.to_thread(server.start)
+
+    async def send(session: int, t: int, body: dict) -> dict:
+        gate = gates.get(t)
+        if gate is not None:
+            await gate.wait()
+        return await fleet.send(session % 2, body)
 
     try:
         roller = asyncio.create_task(roll())
-        got = await run_episodes(lambda s, t, body: fleet.send(s % 2, body), SESSIONS, STEPS)
+        got = await run_episodes(send, SESSIONS, STEPS)
         await roller
     finally:
         await fleet.close()
