@@ -24,6 +24,14 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
 
 
+def run_script(name: str, *args: str, timeout: float = 300) -> str:
+    """Run ``scripts/<name>`` with this interpreter; its stdout (it must exit 0)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -9,22 +9,17 @@ copy stops answering, this fails.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from server_process import REPO
+from server_process import run_script
 
 pytestmark = pytest.mark.e2e
 
 
 def test_the_floor_benchmark_runs_all_three_servers_without_errors():
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_floor.py"), "--rounds", "1",
-                           "--concurrency", "2", "--duration", "0.3", "--warmup", "0.1"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    (line,) = [line for line in done.stdout.splitlines() if line.startswith("c=2 ")]
+    out = run_script("bench_floor.py", "--rounds", "1", "--concurrency", "2", "--duration", "0.3", "--warmup", "0.1")
+    (line,) = [line for line in out.splitlines() if line.startswith("c=2 ")]
     servers = re.findall(r"(\w+) ([\d,]+) req/s [\d.]+ us/req (\d+) errors", line)
     assert [name for name, _, _ in servers] == ["minimal", "floor", "rlserve"], line
     assert all(int(rate.replace(",", "")) > 0 and errors == "0" for _, rate, errors in servers), line
-    assert "| 2 | floor / minimal |" in done.stdout and "| 2 | rlserve / minimal |" in done.stdout
+    assert "| 2 | floor / minimal |" in out and "| 2 | rlserve / minimal |" in out

@@ -8,24 +8,19 @@ answered without an error, gRPC included.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from server_process import REPO
+from server_process import run_script
 
 pytestmark = pytest.mark.e2e
 
 
 def test_the_grpc_benchmark_runs_and_reports_each_transport():
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_grpc.py"), "--duration", "0.5",
-                           "--warmup", "0.2", "--rounds", "1", "--concurrency", "4"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rounds = [line for line in done.stdout.splitlines() if line.startswith("round 1")]
+    out = run_script("bench_grpc.py", "--duration", "0.5", "--warmup", "0.2", "--rounds", "1", "--concurrency", "4")
+    rounds = [line for line in out.splitlines() if line.startswith("round 1")]
     assert [line.split(" c=")[0].removeprefix("round 1 ").strip() for line in rounds] == [
         "JSON", "OIP binary", "gRPC", "gRPC stream"]
     assert all(line.endswith(", 0 errors)") for line in rounds), rounds
-    (medians,) = [line for line in done.stdout.splitlines() if line.startswith("c=4 ")]
+    (medians,) = [line for line in out.splitlines() if line.startswith("c=4 ")]
     figures = [int(x) for x in re.findall(r"(\d+) obs/s", medians)]
     assert len(figures) == 4 and all(f > 0 for f in figures), medians
