@@ -49,6 +49,19 @@ async def episode(clients, model, sid, obs_list, **extra) -> list:
     return actions
 
 
+async def two_replicas_partway(make_client, store: dict, seed: int, sid: str, steps: int = 6, done: int = 3):
+    """An in-process reference episode of ``steps`` steps, and two replicas a and b sharing
+    ``store`` that have alternated (a first) through its first ``done`` steps, equal to it.
+    Returns (a, b, observations, the reference's actions)."""
+    _, reference = make_client(("lstm",))
+    obs = observations(seed, steps)
+    expected = await episode([reference], "lstm", sid, obs)
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    assert await episode([a, b], "lstm", sid, obs[:done]) == expected[:done]
+    return a, b, obs, expected
+
+
 @pytest.mark.parametrize("model", MODELS)
 async def test_replicas_alternating_equal_one_process(make_client, redis_server, model):
     store = {"session_store": redis_server.url}
@@ -82,13 +95,7 @@ async def test_a_restarted_replica_continues_from_the_store(make_client, redis_s
 async def test_a_store_that_lost_its_scripts_loads_them_again(make_client, redis_server):
     """Batches call their scripts by SHA; after SCRIPT FLUSH (what a Redis restart or
     failover does to them) the next batch loads them again and the episode goes on."""
-    store = {"session_store": redis_server.url}
-    _, reference = make_client(("lstm",))
-    obs = observations(6, 6)
-    expected = await episode([reference], "lstm", "f", obs)
-    _, a = make_client(("lstm",), **store)
-    _, b = make_client(("lstm",), **store)
-    assert await episode([a, b], "lstm", "f", obs[:3]) == expected[:3]
+    a, b, obs, expected = await two_replicas_partway(make_client, {"session_store": redis_server.url}, 6, "f")
     redis = redis_server.client()
     shas = [hashlib.sha1(script.encode()).hexdigest() for script in (COMMIT_LUA, VALIDATE_LUA)]
     assert redis.script_exists(*shas) == [True, True]
@@ -269,15 +276,10 @@ async def test_a_store_that_stalls_is_503_within_its_timeout_and_the_episode_goe
     episode exactly (nothing was written while it stalled)."""
     timeout_s = 0.5
     store = {"session_store": redis_server.unix_url, "session_store_timeout_s": timeout_s}
-    _, reference = make_client(("lstm",))
-    obs = observations(7, 6)
-    expected = await episode([reference], "lstm", "h", obs)
-    _, a = make_client(("lstm",), **store)
-    _, b = make_client(("lstm",), **store)
-    assert await episode([a, b], "lstm", "h", obs[:3]) == expected[:3]
+    a, b, obs, expected = await two_replicas_partway(make_client, store, 7, "h")
     redis_server.process.send_signal(signal.SIGSTOP)
     try:
-        for client in (a, b):  # b holds a copy (the validate script stalls), a one from step 2
+        for client in (a, b):  # both hold a copy (a the latest, b a stale one): their validate stalls
             started = time.monotonic()
             r = await asyncio.wait_for(step(client, "lstm", "h", obs[3], 3), 30)
             waited = time.monotonic() - started
