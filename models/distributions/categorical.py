@@ -49,6 +49,31 @@ def sample_index(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum(idx, last_with_mass).astype(np.int64)
 
 
+def _sample_columns(probs_t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``sample_index`` on the (n, B) transpose of the probabilities: the same uniforms, the
+    same float64 CDF (``_cumsum_columns``), the same rule."""
+    n, rows = probs_t.shape
+    cdf = _cumsum_columns(probs_t)
+    u = rng.random(rows) * cdf[-1]
+    idx = _add(cdf <= u, axis=0, dtype=np.int64)
+    if _max(idx) < n:
+        return idx
+    last_with_mass = n - 1 - np.argmax(probs_t[::-1] > 0, axis=0)
+    return np.minimum(idx, last_with_mass).astype(np.int64)
+
+
+def _cumsum_columns(values_t: np.ndarray) -> np.ndarray:
+    """The float64 running sums of a (n, B) block down its n rows, one whole row at a time:
+    row k holds, for every column, values 0..k added left to right, the same additions in
+    the same order as ``np.add.accumulate`` along a row of the (B, n) block, without numpy's
+    inner loop over n values per row (~8x faster on 1024 rows of 4)."""
+    out = np.empty(values_t.shape, np.float64)
+    out[0] = values_t[0]
+    for k in range(1, values_t.shape[0]):
+        np.add(out[k - 1], values_t[k], out=out[k])
+    return out
+
+
 def _reject_nan(inputs: np.ndarray, name: str) -> None:
     bad = np.isnan(inputs).any(axis=1)
     if bad.any():
@@ -106,7 +131,8 @@ class _Cat:
     batch it shares (exp and log are the C library's in both wherever numpy uses it for
     float64; where numpy has its own SIMD float64 exp/log, a last-bit difference survives
     the rounding to float32 about once in 10^9 values). Anything else (NaN, inf, huge) takes
-    the float32 functions of ``_math``, which refuse NaN rows.
+    the float32 functions of ``_math``, which refuse NaN rows. The numpy path of a block with
+    at least as many rows as categories computes on the block's transpose: the same values.
     """
 
     def __init__(self, raw_logits: np.ndarray, name: str):
@@ -115,15 +141,25 @@ class _Cat:
         self._rows = _py_rows(x) if x.size <= _PY_BLOCK else None
         self._logits: np.ndarray | None = None
         self._probs: np.ndarray | None = None
+        # A block of at least as many rows as categories (a served batch) works on its
+        # (n, B) transpose, one contiguous row per category: numpy's reductions along a
+        # row of a few values cost more than the arithmetic. A wide one keeps (B, n).
+        self._logits_t: np.ndarray | None = None
+        self._probs_t: np.ndarray | None = None
         if self._rows is not None:
             return
-        m = _max(x, axis=1, keepdims=True)
+        columns = self.n <= x.shape[0]
+        xt = np.ascontiguousarray(x.T, dtype=np.float64) if columns else x.astype(np.float64)
+        m = _max(xt, axis=0) if columns else _max(xt, axis=1, keepdims=True)
         if _max(np.abs(m), axis=None) < _SHORT_PATH_MAX:  # False for NaN as well
-            x64 = x.astype(np.float64)
-            e = np.exp(x64 - m)
-            s = _accumulate(e, axis=1)[:, -1:]
-            self._logits = (x64 - (np.log(s) + m)).astype(F32)
-            self._probs = (e / s).astype(F32)
+            e = np.exp(xt - m)
+            s = _cumsum_columns(e)[-1] if columns else _accumulate(e, axis=1)[:, -1:]
+            logits = (xt - (np.log(s) + m)).astype(F32)
+            probs = (e / s).astype(F32)
+            if columns:
+                self._logits_t, self._probs_t = logits, probs
+            else:
+                self._logits, self._probs = logits, probs
         else:
             _reject_nan(x, name)
             self._logits = log_softmax32(x)
@@ -142,12 +178,18 @@ class _Cat:
         return self._probs
 
     def _array(self, which: int) -> np.ndarray:
-        """The Python path's logits (0) or probabilities (1) as a (B, n) float32 array."""
-        assert self._rows is not None
+        """The logits (0) or probabilities (1) of the Python or the transposed path as a
+        (B, n) float32 array."""
+        if self._rows is None:
+            t = self._logits_t if which == 0 else self._probs_t
+            assert t is not None
+            return np.ascontiguousarray(t.T)
         rows = self._rows[which]
         return np.array(rows, dtype=F32).reshape(len(rows), self.n)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self._probs_t is not None:
+            return _sample_columns(self._probs_t, rng)
         if self._rows is None:
             return sample_index(self.probs, rng)
         probs = self._rows[1]
@@ -170,6 +212,8 @@ class _Cat:
         return np.array(drawn, dtype=np.int64)
 
     def mode(self) -> np.ndarray:
+        if self._probs_t is not None:
+            return np.argmax(self._probs_t, axis=0).astype(np.int64, copy=False)
         if self._rows is None:
             return np.argmax(self.probs, axis=1).astype(np.int64, copy=False)
         return np.array([p.index(max(p)) for p in self._rows[1]], dtype=np.int64)
@@ -180,6 +224,8 @@ class _Cat:
 
     def own_logp(self, idx: np.ndarray) -> np.ndarray:
         """logp of indices this categorical drew itself: valid by construction."""
+        if self._logits_t is not None:
+            return self._logits_t[idx, np.arange(idx.shape[0])]
         if self._rows is None:
             return self.logits[np.arange(idx.shape[0]), idx]
         return np.array([row[i] for row, i in zip(self._rows[0], idx.tolist(), strict=True)], dtype=F32)

@@ -370,6 +370,44 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch():
                                   batch.deterministic_sample())
 
 
+@pytest.mark.parametrize("rows,width", [(64, 4), (9, 4), (40, 40), (300, 7)])
+def test_a_tall_block_on_its_transpose_gives_the_row_layouts_bits(rows, width, monkeypatch):
+    """The numpy path of a block with at least as many rows as categories (a served batch)
+    works on its transpose; a block narrower in rows than in categories keeps the (B, n)
+    layout. The same rows must get the same bits either way, draws included (the uniforms
+    are the same stream whether drawn for the whole block or a few rows at a time)."""
+    from rlserve.models.distributions import categorical
+
+    monkeypatch.setattr(categorical, "_PY_BLOCK", -1)  # numpy in both layouts
+    x = np.random.default_rng(rows).normal(0.0, 4.0, size=(rows, width)).astype(np.float32)
+    x[::5, 1] = _MASKED
+    x[::3, 2] = x[::3, 0]  # ties
+    spec = get_action_dist(gs.Discrete(width))
+    tall = spec.build(x)
+    assert tall._cat._probs_t is not None  # the transposed path
+    step = max(1, width - 1)  # fewer rows than categories: the (B, n) layout
+    parts = [spec.build(x[i:i + step]) for i in range(0, rows, step)]
+    assert all(p._cat._probs_t is None for p in parts)
+
+    def joined(get):
+        return np.concatenate([get(p) for p in parts])
+
+    np.testing.assert_array_equal(tall.logp_each_action(), joined(lambda p: p.logp_each_action()))
+    np.testing.assert_array_equal(tall.probs, joined(lambda p: p.probs))
+    np.testing.assert_array_equal(tall.entropy(), joined(lambda p: p.entropy()))
+    np.testing.assert_array_equal(tall.deterministic_sample(), joined(lambda p: p.deterministic_sample()))
+    for seed in range(20):
+        g_tall, g_parts = np.random.default_rng(seed), np.random.default_rng(seed)
+        drawn = tall.sample(g_tall)
+        np.testing.assert_array_equal(drawn, joined(lambda p, g=g_parts: p.sample(g)))
+        assert np.all(tall.probs[np.arange(rows), drawn] > 0)  # never a masked index
+        np.testing.assert_array_equal(tall.logp_of_sample(), tall.logp(drawn))
+        np.testing.assert_array_equal(tall.logp(drawn),
+                                      np.concatenate([p.logp(d) for p, d in
+                                                      zip(parts, np.split(drawn, range(step, rows, step)),
+                                                          strict=True)]))
+
+
 def test_small_blocks_refuse_nan_and_leave_huge_logits_to_numpy():
     from rlserve.models.distributions import categorical
 
