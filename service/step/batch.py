@@ -13,7 +13,7 @@ any answer goes out).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,18 +35,58 @@ from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
 _DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
 
 
-@dataclass(slots=True)
 class BatchOutput:
-    """A batch's results, JSON-ready once for the whole batch (one ``tolist`` per array)."""
+    """A batch's results: arrays (B, ...) for the tensor wire formats, and the JSON lists
+    the JSON answers slice, each made once for the whole batch (one ``tolist`` per array)
+    and only when an answer first needs it: a batch of binary requests never builds them.
+    """
 
-    actions: Any  # model-space action structure, leading axis = batch rows (for clip/unsquash)
-    actions_json: list[Any]  # env-space JSON values, one per row
-    logp: list[Any] | None
-    value: list[Any] | None  # only when some request asked for it
-    entropy: list[Any] | None
-    dist_inputs: list[Any] | None  # only when some request asked for it (or for q_values)
-    # The same outputs as arrays (B, ...), for tensor wire formats; None where undefined.
-    arrays: dict[str, np.ndarray | None] = field(default_factory=dict)
+    __slots__ = ("actions", "arrays", "_action_space", "_want_dist_inputs", "_json")
+
+    def __init__(self, actions: Any, arrays: dict[str, np.ndarray | None], action_space: Any,
+                 want_dist_inputs: bool):
+        self.actions = actions  # model-space action structure, leading axis = batch rows
+        # None where undefined (Deterministic logp), or not asked for by any request (value,
+        # entropy, dist_inputs: see BatchStep._run).
+        self.arrays = arrays
+        self._action_space = action_space
+        self._want_dist_inputs = want_dist_inputs
+        self._json: dict[str, list[Any] | None] = {}
+
+    @property
+    def actions_json(self) -> list[Any]:
+        """Env-space JSON values, one per row."""
+        got = self._json.get("actions")
+        if got is None:
+            got = self._json["actions"] = codec.encode_batch(self._action_space, self.actions)
+        return got
+
+    @property
+    def logp(self) -> list[Any] | None:
+        return self._floats("logp")
+
+    @property
+    def value(self) -> list[Any] | None:
+        return self._floats("value")
+
+    @property
+    def entropy(self) -> list[Any] | None:
+        return self._floats("entropy")
+
+    @property
+    def dist_inputs(self) -> list[Any] | None:
+        """Only when some request of the batch asked for them (or for q_values)."""
+        if not self._want_dist_inputs:
+            return None
+        if "dist_inputs" not in self._json:
+            values = self.arrays["dist_inputs"]
+            self._json["dist_inputs"] = None if values is None else values.tolist()
+        return self._json["dist_inputs"]
+
+    def _floats(self, name: str) -> list[Any] | None:
+        if name not in self._json:
+            self._json[name] = floats_json(self.arrays[name])
+        return self._json[name]
 
 
 @dataclass(slots=True)
@@ -266,18 +306,14 @@ class BatchStep:
         self.sessions.scatter_rows(slots, state_out, flat)
 
     def _split(self, steps, actions, logp, entropy, value, dist_inputs) -> list[StepOutput]:
-        """Encode the batch once (one ``tolist`` per array); each request gets its row range."""
+        """The batch's outputs, shared by its requests; each request gets its row range."""
         batch = BatchOutput(
-            actions=actions,
-            actions_json=codec.encode_batch(self.pipeline.action_space, actions),
-            logp=floats_json(logp),
-            value=floats_json(value),  # None unless a request asked for it
-            entropy=floats_json(entropy),
-            # A Q-policy's q_values are its dist_inputs (see Preparer.q_policy): one list for both.
-            dist_inputs=dist_inputs.tolist() if any(not s.extras.isdisjoint(_DIST_INPUT_NAMES) for s in steps)
-            else None,
-            arrays={"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs,
-                    "q_values": dist_inputs if self.q_policy else None},
+            actions,
+            {"logp": logp, "value": value, "entropy": entropy, "dist_inputs": dist_inputs,
+             # A Q-policy's q_values are its dist_inputs (see Preparer.q_policy).
+             "q_values": dist_inputs if self.q_policy else None},
+            self.pipeline.action_space,
+            want_dist_inputs=any(not s.extras.isdisjoint(_DIST_INPUT_NAMES) for s in steps),
         )
         results, start = [], 0
         for step in steps:
