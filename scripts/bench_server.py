@@ -417,6 +417,7 @@ def main() -> None:
     machine_state("start")
     print(f"pinned: {'servers on CPU 0, load generator on CPU 1' if args.pin else 'no'}; "
           f"{args.duration:g} s per point after {args.warmup:g} s warm-up", flush=True)
+    print(f"server settings: {' '.join(args.env) if args.env else 'defaults'}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         t0 = time.time()

@@ -97,6 +97,9 @@ class Settings(BaseSettings):
 
     runtime: RuntimeName = "auto"  # auto: the bundle's ONNX file if present, else TorchScript
     intra_op_threads: int = Field(1, ge=0)  # 0 lets ONNX Runtime / torch choose
+    # ONNX Runtime's other intra-op threads spin between and after calls by default; a server
+    # shares its cores with the event loop (and often its clients), so here they sleep.
+    intra_op_spinning: bool = False
     use_gpu: bool = True  # use CUDA when the runtime offers it
     default_explore: bool | None = None  # None: each bundle's own 'explore' setting
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it

@@ -54,6 +54,7 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
             kind, bundle.runtime_path(kind), input_names=manifest.input_names,
             output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
             use_gpu=settings.use_gpu, policy_path=bundle.policy_path(kind),
+            intra_op_spinning=settings.intra_op_spinning,
         )
         if settings.verify_on_load:
             verify_reference(bundle, runtime.run)

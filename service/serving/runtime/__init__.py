@@ -22,12 +22,14 @@ def choose_kind(available: list[str], preference: str) -> str:
 
 
 def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names: list[str],
-                 intra_op_threads: int, use_gpu: bool, policy_path: Path | None = None) -> Runtime:
+                 intra_op_threads: int, use_gpu: bool, policy_path: Path | None = None,
+                 intra_op_spinning: bool = False) -> Runtime:
     """``policy_path``: the same graph without the value head, where the bundle has one."""
     if kind == "onnx":
         from rlserve.service.serving.runtime.onnx import OnnxRuntime
 
-        return OnnxRuntime(path, intra_op_threads=intra_op_threads, use_gpu=use_gpu, policy_path=policy_path)
+        return OnnxRuntime(path, intra_op_threads=intra_op_threads, use_gpu=use_gpu, policy_path=policy_path,
+                           intra_op_spinning=intra_op_spinning)
     if kind == "torchscript":
         from rlserve.service.serving.runtime.torchscript import TorchScriptRuntime
 

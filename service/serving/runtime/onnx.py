@@ -25,12 +25,15 @@ class OnnxRuntime:
     kind = "onnx"
 
     def __init__(self, path: Path, *, intra_op_threads: int = 1, use_gpu: bool = True,
-                 policy_path: Path | None = None):
+                 policy_path: Path | None = None, intra_op_spinning: bool = False):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
+        # With more than one intra-op thread, ONNX Runtime's pool threads spin-wait for work
+        # unless told not to: on a server they would take the cores the event loop needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if intra_op_spinning else "0")
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = ort.get_available_providers()
