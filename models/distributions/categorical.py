@@ -149,12 +149,13 @@ class _Cat:
         if self._rows is not None:
             return
         columns = self.n <= x.shape[0]
-        xt = np.ascontiguousarray(x.T, dtype=np.float64) if columns else x.astype(np.float64)
-        m = _max(xt, axis=0) if columns else _max(xt, axis=1, keepdims=True)
+        # float64 logits: (n, B) on the transposed path, else (B, n); m, s: one per row of x.
+        x64 = np.ascontiguousarray(x.T, dtype=np.float64) if columns else x.astype(np.float64)
+        m = _max(x64, axis=0) if columns else _max(x64, axis=1, keepdims=True)
         if _max(np.abs(m), axis=None) < _SHORT_PATH_MAX:  # False for NaN as well
-            e = np.exp(xt - m)
+            e = np.exp(x64 - m)
             s = _cumsum_columns(e)[-1] if columns else _accumulate(e, axis=1)[:, -1:]
-            logits = (xt - (np.log(s) + m)).astype(F32)
+            logits = (x64 - (np.log(s) + m)).astype(F32)
             probs = (e / s).astype(F32)
             if columns:
                 self._logits_t, self._probs_t = logits, probs

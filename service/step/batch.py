@@ -51,15 +51,14 @@ class BatchOutput:
         self.arrays = arrays
         self._action_space = action_space
         self._want_dist_inputs = want_dist_inputs
-        self._json: dict[str, list[Any] | None] = {}
+        self._json: dict[str, Any] = {}  # name -> its JSON list (None where the array is)
 
     @property
     def actions_json(self) -> list[Any]:
         """Env-space JSON values, one per row."""
-        got = self._json.get("actions")
-        if got is None:
-            got = self._json["actions"] = codec.encode_batch(self._action_space, self.actions)
-        return got
+        if "actions" not in self._json:
+            self._json["actions"] = codec.encode_batch(self._action_space, self.actions)
+        return self._json["actions"]
 
     @property
     def logp(self) -> list[Any] | None:
