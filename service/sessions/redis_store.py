@@ -6,15 +6,22 @@ the idle deadline as the key's TTL; an ended session leaves a small tombstone ke
 id answers 410. Per batch of a model version the store is touched at most twice, each a
 single Lua script over all the batch's sessions, never a call per session:
 
-- ``validate`` (before the runtime call): for each session held here, "is your revision
-  still the one I hold?"; the store answers 0 or the newer record, which replaces the
-  copy held here (another replica stepped the session since). With
-  ``RLSERVE_SESSION_CACHE=trust`` this read is skipped (the load balancer routes each
-  session to one replica; a stale copy is still caught by the write).
+- ``validate`` (before the runtime call): ``WATCH`` on the batch's session keys and, in
+  the same round trip, for each session held here, "is your revision still the one I
+  hold?"; the store answers 0 or the newer record, which replaces the copy held here
+  (another replica stepped the session since). The connection keeps its ``WATCH`` until
+  the commit. With ``RLSERVE_SESSION_CACHE=trust`` this read is skipped (the load
+  balancer routes each session to one replica; a stale copy is still caught by the write).
 - ``commit`` (after it, before any answer is sent): each request's sessions are written
-  only if the store still holds the revisions they were computed from (compare-and-set,
+  only if the store still holds the revisions they were computed from, so two replicas
+  stepping one session can never fork it. After a validate, that is Redis's own optimistic
+  lock: ``MULTI``, one ``MSET`` of the records, their TTLs, ``EXEC``, which Redis refuses
+  if any watched key changed since. The records then never pass through Lua, which costs
+  Redis several times more than storing them (``docs/benchmarks.md``). When ``EXEC``
+  refuses, and without a validate (``trust``, or a session new to the store in the
+  batch), the commit script compares each request's revisions itself (compare-and-set,
   all of one request or none of it). A request that lost answers 409 and its sessions'
-  copies are dropped here, so two replicas stepping one session can never fork it.
+  copies are dropped here.
 
 A session not held here (after a restart, a failover, a rebalance) is read by the
 registry with one ``MGET`` for all the ids of a request (``ModelSessions.fetch``) and
@@ -107,6 +114,16 @@ return out
 """
 
 
+# KEYS: the keys a transaction's MSET just wrote; ARGV[1]: their TTL in ms. Sent with EVAL
+# (not EVALSHA) inside MULTI: a script the server lost would otherwise fail only at EXEC,
+# after the MSET had stored the records without their TTLs.
+TTL_LUA = """
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], ARGV[1])
+end
+return #KEYS
+"""
+
 _pack_command: Callable[[tuple[Any, ...]], bytes] | None
 try:  # the [redis] extra installs hiredis; without it, redis-py packs commands itself
     from hiredis import pack_command as _pack_command
@@ -124,16 +141,37 @@ async def _evalsha(client: Any, sha: str, keys: Sequence[bytes], args: Sequence[
     pool = client.connection_pool
     conn = await pool.get_connection()
     try:
-        async def once() -> Any:
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
-
-        async def dropped(error: Exception) -> None:
-            await conn.disconnect()
-
-        return await conn.retry.call_with_retry(once, dropped)
+        return await _send_and_read(conn, packed, 1)
     finally:
         await pool.release(conn)
+
+
+_MULTI, _EXEC, _UNWATCH = ((_pack_command((b"MULTI",)), _pack_command((b"EXEC",)), _pack_command((b"UNWATCH",)))
+                            if _pack_command is not None else (b"", b"", b""))
+
+
+async def _drop(pool: Any, conn: Any) -> None:
+    """Close ``conn`` (a half-read reply or a WATCH must not reach its next user) and give it back."""
+    try:
+        await conn.disconnect()
+    finally:
+        await pool.release(conn)
+
+
+async def _send_and_read(conn: Any, packed: bytes, replies: int) -> Any:
+    """Send ``packed`` on ``conn`` and read ``replies`` replies, the last one returned, with
+    redis-py's retry policy (a broken connection is closed, so a WATCH among the commands
+    goes with it, and everything is sent again)."""
+    async def once() -> Any:
+        await conn.send_packed_command(packed)
+        for _ in range(replies - 1):
+            await conn.read_response()
+        return await conn.read_response()
+
+    async def dropped(error: Exception) -> None:
+        await conn.disconnect()
+
+    return await conn.retry.call_with_retry(once, dropped)
 
 
 class StoreObserver(Protocol):
@@ -221,6 +259,93 @@ class RedisSessions:
             return await script(keys=keys, args=args)
         return await self.call(op, run)
 
+    # A batch's optimistic lock: ``watch`` before the runtime call, ``transact`` (or
+    # ``unwatch``) after it, on one connection taken from the pool for the batch.
+
+    @property
+    def can_watch(self) -> bool:
+        return _pack_command is not None
+
+    async def watch(self, keys: Sequence[bytes], revisions: bytes) -> tuple[Any, list[Any]]:
+        """``WATCH keys`` and the validate script over them, one round trip. Returns the
+        connection, which keeps the ``WATCH`` and belongs to the caller until ``transact``
+        or ``unwatch``, and the script's replies. A server that lost the script (a restart,
+        a failover) is given it again and asked once more."""
+
+        async def run(client: Any) -> tuple[Any, list[Any]]:
+            assert _pack_command is not None
+            script = self._scripts["validate"]
+            packed = (_pack_command((b"WATCH", *keys))
+                      + _pack_command((b"EVALSHA", script.sha, len(keys), *keys, revisions)))
+            pool = client.connection_pool
+            for attempt in range(2):
+                conn = await pool.get_connection()
+                try:
+                    return conn, await _send_and_read(conn, packed, 2)
+                except self._redis.exceptions.NoScriptError:
+                    await _drop(pool, conn)
+                    if attempt:
+                        raise
+                    await client.script_load(script.script)
+                except BaseException:
+                    await _drop(pool, conn)
+                    raise
+            raise AssertionError("unreachable")
+        return await self.call("validate", run)
+
+    async def transact(self, conn: Any, keys: Sequence[bytes], records: Sequence[bytes], ttl_ms: int) -> bool:
+        """Write ``records`` to ``keys`` with their TTL in one ``MULTI``/``EXEC`` on ``conn``
+        (from ``watch``, which it releases). False: ``EXEC`` refused, a watched key changed
+        (nothing was written). Never retried: a failure after the send may have written."""
+        assert _pack_command is not None
+        mset: list[Any] = [b"MSET"]
+        for key, record in zip(keys, records, strict=True):
+            mset += (key, record)
+        packed = (_MULTI + _pack_command(tuple(mset)) + _pack_command((b"EVAL", TTL_LUA, len(keys), *keys, ttl_ms))
+                  + _EXEC)
+
+        async def run(client: Any) -> bool:
+            pool, done = client.connection_pool, False
+            try:
+                if not conn.is_connected:  # a new connection would hold no WATCH
+                    raise self._redis.exceptions.ConnectionError("the watching connection was closed")
+                await conn.send_packed_command(packed, check_health=False)
+                for _ in range(3):  # OK, QUEUED, QUEUED
+                    await conn.read_response()
+                result = await conn.read_response()
+                done = True
+            finally:
+                if done:
+                    await pool.release(conn)
+                else:
+                    await _drop(pool, conn)
+            if result is None:
+                return False
+            if isinstance(result[-1], Exception) or result[-1] != len(keys):
+                log.error("the records were written but setting their TTLs failed: %r", result[-1])
+                raise self._redis.exceptions.ResponseError(f"setting the sessions' TTLs failed: {result[-1]!r}")
+            return True
+        return await self.call("commit", run)
+
+    async def unwatch(self, conn: Any) -> None:
+        """Give back a connection from ``watch`` without a transaction."""
+        try:
+            pool = self.client().connection_pool
+        except RuntimeError:  # no running loop (should not happen): just close it
+            await conn.disconnect()
+            return
+        try:
+            await conn.send_packed_command(_UNWATCH, check_health=False)
+            await conn.read_response()
+        except (self._redis.exceptions.RedisError, OSError):
+            await _drop(pool, conn)
+            return
+        await pool.release(conn)
+
+    async def drop(self, conn: Any) -> None:
+        """Close a connection from ``watch`` (its WATCH ends with it) and give it back."""
+        await _drop(self.client().connection_pool, conn)
+
 
 class ModelSessions:
     """The keys of one model name's sessions (ids are unique per model name across versions)."""
@@ -292,6 +417,9 @@ class CachedSessionStore(SessionStore):
         self.trust_cache = trust_cache
         self.ttl_ms = max(1, int(self.idle_ttl_s * 1000))
         self._ending: set[asyncio.Task] = set()  # ends from the act path, being written
+        # Between a batch's validate and its commit: the connection holding the WATCH and
+        # the sessions it covers.
+        self._watch: tuple[Any, set[Session]] | None = None
 
     @property
     def observer(self) -> StoreObserver | None:
@@ -354,32 +482,51 @@ class CachedSessionStore(SessionStore):
     # ------------------------------------------------------------------ around a batch
 
     async def validate(self, groups: list[list[Session]]) -> list[ServiceError | None]:
-        """Bring each request's sessions up to the store's revision; per request None or why not."""
+        """Bring each request's sessions up to the store's revision; per request None or why not.
+
+        Also watches every session checked, so that the commit can write them with a plain
+        transaction (see the module's docstring); sessions read from the store for this
+        very request are checked again for that (they are not counted as cache hits)."""
+        await self._drop_watch()  # a batch that never reached its commit (cancelled)
         errors: list[ServiceError | None] = [None] * len(groups)
         held: list[tuple[int, Session]] = []
+        fresh: list[tuple[int, Session]] = []
         for index, group in enumerate(groups):
             for session in group:
                 if session.fresh:  # read from the store for this very request
                     session.fresh = False
+                    fresh.append((index, session))
                 elif session.persisted:
                     held.append((index, session))
         if not held or self.trust_cache:
             if held and self.observer is not None:
                 self.observer.session_cache(len(held), 0)
             return errors
-        keys = [self.remote.key(s.id) for _, s in held]
-        revisions = b"".join(revision_bytes(s.revision) for _, s in held)
-        replies = await self.remote.store.script("validate", keys, [revisions], "validate")
+        store = self.remote.store
+        checked = held + fresh
+        keys = [self.remote.key(s.id) for _, s in checked]
+        revisions = b"".join(revision_bytes(s.revision) for _, s in checked)
+        watched = await store.watch(keys, revisions) if store.can_watch else None
+        if watched is None:  # no hiredis (not the [redis] extra): validate without a lock
+            checked = held
+            replies = await store.script("validate", keys[:len(held)], [revisions[:8 * len(held)]], "validate")
+        else:
+            conn, replies = watched
         misses = 0
-        for (index, session), reply in zip(held, replies, strict=True):
+        for number, ((index, session), reply) in enumerate(zip(checked, replies, strict=True)):
             if reply == 0:
                 continue
-            misses += 1
+            misses += number < len(held)
             error = self._refresh(session, reply)
             if error is not None:
                 errors[index] = error
         if self.observer is not None:
             self.observer.session_cache(len(held) - misses, misses)
+        if watched is not None:
+            if all(error is not None for error in errors):
+                await store.unwatch(conn)
+            else:
+                self._watch = (conn, {s for _, s in checked})
         return errors
 
     def _refresh(self, session: Session, data: bytes) -> ServiceError | None:
@@ -409,17 +556,36 @@ class CachedSessionStore(SessionStore):
     async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:
         """Write each request's sessions if the store still holds what they were computed
         from; per request None, or 409 (its copies are dropped here)."""
+        watch, self._watch = self._watch, None
         errors: list[ServiceError | None] = [None] * len(groups)
         sessions = [s for group in groups for s in group]
         if not sessions:
+            if watch is not None:
+                await self.remote.store.unwatch(watch[0])
             return errors
         records = self._records(sessions, [(s.revision + 1) & ((1 << 64) - 1) for s in sessions])
+        keys = [self.remote.key(s.id) for s in sessions]
+        if watch is not None:
+            conn, watched = watch
+            if watched.issuperset(sessions):
+                try:
+                    written = await self.remote.store.transact(conn, keys, records, self.ttl_ms)
+                except StoreUnavailable as exc:
+                    self.discard(sessions)  # written or not: read them again next time
+                    return [exc] * len(groups)
+                if written:
+                    self._committed(groups, errors)
+                    return errors
+                # EXEC refused: a session changed since the validate. The script below
+                # tells which requests lost (and writes the others).
+            else:  # a session new to the store is in the batch: the script checks it is absent
+                await self.remote.store.unwatch(conn)
         args = [self.ttl_ms, struct.pack(f"<{len(groups)}I", *(len(g) for g in groups)),
                 b"".join(revision_bytes(s.revision) for s in sessions),
                 bytes(48 if s.persisted else 49 for s in sessions),  # "0": must hold it, "1": none yet
                 *records]
         try:
-            lost = await self.remote.store.script("commit", [self.remote.key(s.id) for s in sessions], args, "commit")
+            lost = await self.remote.store.script("commit", keys, args, "commit")
         except StoreUnavailable as exc:
             self.discard(sessions)  # written or not: read them again next time
             return [exc] * len(groups)
@@ -427,14 +593,24 @@ class CachedSessionStore(SessionStore):
             group = groups[int(number) - 1]
             errors[int(number) - 1] = _conflict(group)
             self.discard(group)
+        self._committed(groups, errors)
+        if lost and self.observer is not None:
+            self.observer.session_conflicts(len(lost))
+        return errors
+
+    @staticmethod
+    def _committed(groups: list[list[Session]], errors: list[ServiceError | None]) -> None:
+        """The copies of every request written by a commit now match the store."""
         for index, group in enumerate(groups):
             if errors[index] is None:
                 for session in group:
                     session.revision = (session.revision + 1) & ((1 << 64) - 1)
                     session.persisted, session.restarting = True, 0
-        if lost and self.observer is not None:
-            self.observer.session_conflicts(len(lost))
-        return errors
+
+    async def _drop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            await self.remote.store.drop(watch[0])
 
     def _records(self, sessions: Sequence[Session], revisions: Sequence[int]) -> list[bytes]:
         slots = np.fromiter((s.slot for s in sessions), np.int64, len(sessions))

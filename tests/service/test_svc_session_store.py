@@ -101,10 +101,13 @@ async def test_a_store_that_lost_its_scripts_loads_them_again(make_client, redis
     assert redis.script_exists(*shas) == [True, True]
     redis.script_flush()
     assert redis.script_exists(*shas) == [False, False]
-    for t in range(3, 6):  # alternating: both the validate (a stale copy) and the commit run
+    for t in range(3, 6):  # alternating: every validate finds a stale copy
         r = await step([a, b][t % 2], "lstm", "f", obs[t], t)
         assert r.status_code == 200, r.text
         assert r.json()["action"] == expected[t]
+    assert redis.script_exists(*shas) == [False, True]  # held sessions commit in a transaction
+    # A session new to the store is written by the commit script (it checks the key is absent).
+    assert (await step(a, "lstm", "g", obs[0], 0)).status_code == 200
     assert redis.script_exists(*shas) == [True, True]
 
 
@@ -138,6 +141,69 @@ async def test_a_stale_copy_never_writes(make_client, redis_server):
     assert (await step(b, "lstm", "t", obs[3], 3)).status_code == 409  # now b's copy is the stale one
     assert (await step(b, "lstm", "t", obs[3], 3)).json()["action"] == expected[3]
     assert "rlserve_session_conflicts_total 1.0" in app_a.state.metrics.render().decode()
+
+
+async def test_steps_of_held_sessions_commit_in_a_watched_transaction(make_client, redis_server):
+    """After its validate a batch writes with MULTI/MSET/EXEC under the validate's WATCH,
+    never through the commit script; a batch with a session new to the store uses the
+    script (it checks the key is absent), as does one whose validate did not run."""
+    _, client = make_client(("lstm",), session_store=redis_server.url, session_idle_ttl_s=30)
+    redis = redis_server.client()
+    obs = observations(11, 5)
+
+    def calls() -> dict[str, int]:
+        return {name[len("cmdstat_"):]: stats["calls"] for name, stats in redis.info("commandstats").items()}
+
+    redis.config_resetstat()
+    await episode([client], "lstm", "x", obs[:2])
+    # Step 0 creates the session: its commit is the script, loaded on first use. Step 1's
+    # validate finds its script missing too: loaded, then watched and validated again.
+    assert calls()["watch"] == 2 and calls()["script|load"] == 2 and "mset" in calls()
+    redis.config_resetstat()
+    for t in range(2, 5):
+        assert (await step(client, "lstm", "x", obs[t], t)).status_code == 200
+    stats = calls()
+    # Three steps: three validates (WATCH + the validate script), three transactions.
+    assert {stats.get(c, 0) for c in ("watch", "evalsha", "multi", "mset", "eval", "exec")} == {3}
+    key = b"rlserve:s:4:lstm:x"
+    assert 25_000 < redis.pttl(key) <= 30_000  # the transaction set the TTL with the record
+    assert (await client.get("/v1/models/lstm/sessions/x")).json()["steps"] == 5
+
+
+async def test_a_write_between_validate_and_commit_loses_only_its_request(make_client, redis_server):
+    """Replica b steps session w while a batch of a, holding w and v, is between its
+    validate and its commit: a's transaction is refused (w changed under its WATCH), the
+    commit script then writes v's step and answers w's with 409, and both episodes go on
+    exactly as in one process."""
+    store = {"session_store": redis_server.url}
+    app_a, a = make_client(("lstm",), max_batch_delay_ms=200, **store)
+    _, b = make_client(("lstm",), **store)
+    _, reference = make_client(("lstm",))
+    obs_w, obs_v = observations(21, 4), observations(22, 4)
+    expected_w = await episode([reference], "lstm", "w", obs_w)
+    expected_v = await episode([reference], "lstm", "v", obs_v)
+    for t in range(2):  # both sessions held by a, current
+        assert (await step(a, "lstm", "w", obs_w[t], t)).json()["action"] == expected_w[t]
+        assert (await step(a, "lstm", "v", obs_v[t], t)).json()["action"] == expected_v[t]
+    sessions = app_a.state.registry.entry("lstm").policy().sessions
+    commit = sessions.commit
+    seen = []
+
+    async def commit_after_b_stepped_w(groups):
+        sessions.commit = commit
+        seen.append(sorted(s.id for group in groups for s in group))
+        r = await step(b, "lstm", "w", obs_w[2], 2)
+        assert r.json()["action"] == expected_w[2]
+        return await commit(groups)
+
+    sessions.commit = commit_after_b_stepped_w
+    w, v = await asyncio.gather(step(a, "lstm", "w", obs_w[2], 2), step(a, "lstm", "v", obs_v[2], 2))
+    assert seen == [["v", "w"]]  # one batch held both
+    assert w.status_code == 409 and error_of(w)["code"] == "session_conflict"
+    assert v.status_code == 200 and v.json()["action"] == expected_v[2]
+    assert "rlserve_session_conflicts_total 1.0" in app_a.state.metrics.render().decode()
+    assert (await step(a, "lstm", "w", obs_w[3], 3)).json()["action"] == expected_w[3]  # a reads w again
+    assert (await step(b, "lstm", "v", obs_v[3], 3)).json()["action"] == expected_v[3]
 
 
 async def test_two_creations_of_one_id_cannot_both_win(make_client, redis_server):
