@@ -97,17 +97,31 @@ end
 return lost
 """
 
-# KEYS: sessions held by the caller; ARGV[1]: the 8-byte revision it holds of each, one
-# after the other. Returns per key 0 when the store holds that revision, else the store's
-# record ("" when it has none).
+# KEYS: sessions held by the caller, grouped by request; ARGV[1]: the 8-byte revision it
+# holds of each, one after the other; ARGV[2]: each group's size (u32 LE). Returns per key 0
+# when the store holds that revision, else the store's record ("" when it has none). A
+# group with any key not current gets every key's record: a batch that ran before this
+# answer came back (``CachedSessionStore.confirm``) restores the whole request from them.
 VALIDATE_LUA = """
-local held = ARGV[1]
+local held, sizes = ARGV[1], ARGV[2]
 local out = {}
-for i = 1, #KEYS do
-  if redis.call('GETRANGE', KEYS[i], 0, 7) == string.sub(held, 8 * i - 7, 8 * i) then
-    out[i] = 0
-  else
-    out[i] = redis.call('GET', KEYS[i]) or ''
+local last = 0
+for g = 1, #sizes / 4 do
+  local first = last + 1
+  last = last + struct.unpack('<I4', sizes, 4 * g - 3)
+  local current = true
+  for i = first, last do
+    if redis.call('GETRANGE', KEYS[i], 0, 7) ~= string.sub(held, 8 * i - 7, 8 * i) then
+      current = false
+      break
+    end
+  end
+  for i = first, last do
+    if current then
+      out[i] = 0
+    else
+      out[i] = redis.call('GET', KEYS[i]) or ''
+    end
   end
 end
 return out
@@ -156,6 +170,14 @@ async def _drop(pool: Any, conn: Any) -> None:
         await conn.disconnect()
     finally:
         await pool.release(conn)
+
+
+async def _send(conn: Any, packed: bytes) -> None:
+    """Send ``packed`` on ``conn``, once more on a new connection if it was broken."""
+    async def dropped(error: Exception) -> None:
+        await conn.disconnect()
+
+    await conn.retry.call_with_retry(lambda: conn.send_packed_command(packed), dropped)
 
 
 async def _send_and_read(conn: Any, packed: bytes, replies: int) -> Any:
@@ -234,9 +256,10 @@ class RedisSessions:
     def for_model(self, model: str) -> ModelSessions:
         return ModelSessions(self, model)
 
-    async def call(self, op: str, fn: Any) -> Any:
-        """Run ``fn(client)`` (one round trip), timed, with store failures as 503."""
-        started = time.perf_counter()
+    async def call(self, op: str, fn: Any, earlier_s: float = 0.0) -> Any:
+        """Run ``fn(client)`` (one round trip), timed (plus ``earlier_s`` spent on it
+        before), with store failures as 503."""
+        started = time.perf_counter() - earlier_s
         try:
             return await fn(self.client())
         except (self._redis.exceptions.RedisError, OSError) as exc:
@@ -266,17 +289,19 @@ class RedisSessions:
     def can_watch(self) -> bool:
         return _pack_command is not None
 
-    async def watch(self, keys: Sequence[bytes], revisions: bytes) -> tuple[Any, list[Any]]:
-        """``WATCH keys`` and the validate script over them, one round trip. Returns the
-        connection, which keeps the ``WATCH`` and belongs to the caller until ``transact``
-        or ``unwatch``, and the script's replies. A server that lost the script (a restart,
-        a failover) is given it again and asked once more."""
+    def _watch_packed(self, keys: Sequence[bytes], args: Sequence[bytes]) -> bytes:
+        assert _pack_command is not None
+        sha = self._scripts["validate"].sha
+        return _pack_command((b"WATCH", *keys)) + _pack_command((b"EVALSHA", sha, len(keys), *keys, *args))
+
+    async def watch(self, keys: Sequence[bytes], args: Sequence[bytes]) -> tuple[Any, list[Any]]:
+        """``WATCH keys`` and the validate script over them (``args``: its ARGV), one round
+        trip. Returns the connection, which keeps the ``WATCH`` and belongs to the caller
+        until ``transact`` or ``unwatch``, and the script's replies. A server that lost the
+        script (a restart, a failover) is given it again and asked once more."""
 
         async def run(client: Any) -> tuple[Any, list[Any]]:
-            assert _pack_command is not None
-            script = self._scripts["validate"]
-            packed = (_pack_command((b"WATCH", *keys))
-                      + _pack_command((b"EVALSHA", script.sha, len(keys), *keys, revisions)))
+            packed = self._watch_packed(keys, args)
             pool = client.connection_pool
             for attempt in range(2):
                 conn = await pool.get_connection()
@@ -286,12 +311,47 @@ class RedisSessions:
                     await _drop(pool, conn)
                     if attempt:
                         raise
-                    await client.script_load(script.script)
+                    await client.script_load(VALIDATE_LUA)
                 except BaseException:
                     await _drop(pool, conn)
                     raise
             raise AssertionError("unreachable")
         return await self.call("validate", run)
+
+    async def watch_send(self, keys: Sequence[bytes], args: Sequence[bytes]) -> tuple[Any, float]:
+        """The first half of ``watch``: send, do not wait. Returns the connection (the
+        caller's until ``watch_read``) and the seconds the send took."""
+        started = time.perf_counter()
+
+        async def run(client: Any) -> Any:
+            packed = self._watch_packed(keys, args)
+            pool = client.connection_pool
+            conn = await pool.get_connection()
+            try:
+                await _send(conn, packed)
+            except BaseException:
+                await _drop(pool, conn)
+                raise
+            return conn
+        conn = await self.call("validate", run)
+        return conn, time.perf_counter() - started
+
+    async def watch_read(self, conn: Any, sent_s: float) -> list[Any] | None:
+        """The second half: the validate script's replies, ``conn`` kept with its WATCH
+        (as from ``watch``); None, ``conn`` given back, if the server lost the script."""
+
+        async def run(client: Any) -> list[Any] | None:
+            pool = client.connection_pool
+            try:
+                await conn.read_response()  # OK
+                return await conn.read_response()
+            except self._redis.exceptions.NoScriptError:
+                await _drop(pool, conn)
+                return None
+            except BaseException:
+                await _drop(pool, conn)
+                raise
+        return await self.call("validate", run, sent_s)
 
     async def transact(self, conn: Any, keys: Sequence[bytes], records: Sequence[bytes], ttl_ms: int) -> bool:
         """Write ``records`` to ``keys`` with their TTL in one ``MULTI``/``EXEC`` on ``conn``
@@ -420,6 +480,9 @@ class CachedSessionStore(SessionStore):
         # Between a batch's validate and its commit: the connection holding the WATCH and
         # the sessions it covers.
         self._watch: tuple[Any, set[Session]] | None = None
+        # Between ``send_validate`` and ``confirm``: the connection, the send's seconds,
+        # the keys and the script's arguments.
+        self._sent: tuple[Any, float, list[bytes], list[bytes]] | None = None
 
     @property
     def observer(self) -> StoreObserver | None:
@@ -489,45 +552,128 @@ class CachedSessionStore(SessionStore):
         very request are checked again for that (they are not counted as cache hits)."""
         await self._drop_watch()  # a batch that never reached its commit (cancelled)
         errors: list[ServiceError | None] = [None] * len(groups)
-        held: list[tuple[int, Session]] = []
-        fresh: list[tuple[int, Session]] = []
-        for index, group in enumerate(groups):
+        checked: list[list[Session]] = []
+        fresh: set[Session] = set()
+        held = 0
+        for group in groups:
+            checked.append([])
             for session in group:
                 if session.fresh:  # read from the store for this very request
                     session.fresh = False
-                    fresh.append((index, session))
+                    fresh.add(session)
+                    checked[-1].append(session)
                 elif session.persisted:
-                    held.append((index, session))
+                    checked[-1].append(session)
+                    held += 1
         if not held or self.trust_cache:
             if held and self.observer is not None:
-                self.observer.session_cache(len(held), 0)
+                self.observer.session_cache(held, 0)
             return errors
         store = self.remote.store
-        checked = held + fresh
-        keys = [self.remote.key(s.id) for _, s in checked]
-        revisions = b"".join(revision_bytes(s.revision) for _, s in checked)
-        watched = await store.watch(keys, revisions) if store.can_watch else None
-        if watched is None:  # no hiredis (not the [redis] extra): validate without a lock
-            checked = held
-            replies = await store.script("validate", keys[:len(held)], [revisions[:8 * len(held)]], "validate")
-        else:
-            conn, replies = watched
+        keys, args = self._validate_args(checked)
+        if store.can_watch:
+            conn, replies = await store.watch(keys, args)
+        else:  # no hiredis (not the [redis] extra): validate without a lock
+            conn, replies = None, await store.script("validate", keys, args, "validate")
+        replies = iter(replies)
         misses = 0
-        for number, ((index, session), reply) in enumerate(zip(checked, replies, strict=True)):
-            if reply == 0:
-                continue
-            misses += number < len(held)
-            error = self._refresh(session, reply)
-            if error is not None:
-                errors[index] = error
+        for index, group in enumerate(checked):
+            for session in group:
+                reply = next(replies)
+                if reply == 0:
+                    continue
+                revision = session.revision
+                error = self._refresh(session, reply)
+                if error is not None:
+                    errors[index] = error
+                if session not in fresh and (error is not None or session.revision != revision):
+                    misses += 1
         if self.observer is not None:
-            self.observer.session_cache(len(held) - misses, misses)
-        if watched is not None:
+            self.observer.session_cache(held - misses, misses)
+        if conn is not None:
             if all(error is not None for error in errors):
                 await store.unwatch(conn)
             else:
-                self._watch = (conn, {s for _, s in checked})
+                self._watch = (conn, {s for group in checked for s in group})
         return errors
+
+    def _validate_args(self, groups: list[list[Session]]) -> tuple[list[bytes], list[bytes]]:
+        sessions = [s for group in groups for s in group]
+        return ([self.remote.key(s.id) for s in sessions],
+                [b"".join(revision_bytes(s.revision) for s in sessions),
+                 struct.pack(f"<{len(groups)}I", *(len(g) for g in groups))])
+
+    # A batch that runs before its validate answers: ``send_validate`` before the runtime
+    # call, ``confirm`` after it and before ``commit``.
+
+    async def send_validate(self, groups: list[list[Session]]) -> bool:
+        """Send the validate (and its WATCH) of a batch whose every session has a copy held
+        here since an earlier step, without waiting for the answer: the batch runs on those
+        copies meanwhile, and ``confirm`` reads the answer. False, nothing sent, if the
+        batch does not qualify; the caller then awaits ``validate`` before running it."""
+        if self.trust_cache or not self.remote.store.can_watch:
+            return False
+        count = 0
+        for group in groups:
+            for session in group:
+                if session.fresh or not session.persisted:
+                    return False
+                count += 1
+        if not count:
+            return False
+        await self._drop_watch()
+        keys, args = self._validate_args(groups)
+        conn, sent_s = await self.remote.store.watch_send(keys, args)
+        self._watch = (conn, {s for group in groups for s in group})
+        self._sent = (conn, sent_s, keys, args)
+        return True
+
+    async def confirm(self, groups: list[list[Session]]) -> list[ServiceError | bool]:
+        """After ``send_validate`` and the batch: per request False when its copies were
+        current (its answer stands), True when a session of it had moved on elsewhere (its
+        copies now hold the store's records again, restarts redone: run it again), or why
+        it cannot run (its copies are dropped)."""
+        sent, self._sent = self._sent, None
+        assert sent is not None and self._watch is not None and self._watch[0] is sent[0]
+        conn, sent_s, keys, args = sent
+        try:
+            replies = await self.remote.store.watch_read(conn, sent_s)
+            if replies is None:  # the server lost the script: watch and validate again (loads it)
+                self._watch = None
+                await self.remote.store.call("validate", lambda client: client.script_load(VALIDATE_LUA))
+                conn, replies = await self.remote.store.watch(keys, args)
+                self._watch = (conn, {s for group in groups for s in group})
+        except StoreUnavailable as exc:
+            self._watch = None  # watch_read gave the connection back
+            self.discard([s for group in groups for s in group])  # the batch moved them
+            return [exc] * len(groups)
+        verdicts: list[ServiceError | bool] = [False] * len(groups)
+        replies = iter(replies)
+        hits = misses = 0
+        for index, group in enumerate(groups):
+            records = [next(replies) for _ in group]
+            if all(record == 0 for record in records):
+                hits += len(group)
+                continue
+            verdict: ServiceError | bool = True
+            for session, record in zip(group, records, strict=True):
+                held = session.revision
+                error = self._refresh(session, record)
+                if error is not None:
+                    verdict = error
+                    continue
+                misses += session.revision != held
+                hits += session.revision == held
+                if session.restarting:  # what ``restart`` did, undone by the batch
+                    session.steps, session.answer = 0, None
+                    if session.restarting == 2:
+                        session.rng = np.random.default_rng(session.seed)
+            if verdict is not True:
+                self.discard(group)
+            verdicts[index] = verdict
+        if self.observer is not None:
+            self.observer.session_cache(hits, misses)
+        return verdicts
 
     def _refresh(self, session: Session, data: bytes) -> ServiceError | None:
         """Replace the stale copy of ``session`` with the store's ``data`` (b"": none)."""
@@ -608,7 +754,7 @@ class CachedSessionStore(SessionStore):
                     session.persisted, session.restarting = True, 0
 
     async def _drop_watch(self) -> None:
-        watch, self._watch = self._watch, None
+        watch, self._watch, self._sent = self._watch, None, None
         if watch is not None:
             await self.remote.store.drop(watch[0])
 

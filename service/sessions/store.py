@@ -309,6 +309,14 @@ class SessionStore:
         """Nothing to check: this process holds the only copy (see ``durable``)."""
         return [None] * len(groups)
 
+    async def send_validate(self, groups: list[list[Session]]) -> bool:
+        """Nothing to check (see ``validate``), so nothing is sent."""
+        return False
+
+    async def confirm(self, groups: list[list[Session]]) -> list[ServiceError | bool]:
+        """Never called: ``send_validate`` sends nothing."""
+        return [False] * len(groups)
+
     async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:
         """Nothing to write: the batch already updated the slabs (see ``durable``)."""
         return [None] * len(groups)

@@ -13,6 +13,7 @@ any answer goes out).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
-from rlserve.service.errors import ServiceError, SessionConflict
+from rlserve.service.errors import BatchFailed, ServiceError, SessionConflict
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
@@ -31,6 +32,8 @@ from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import floats_json
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
+
+log = logging.getLogger("rlserve.batch")
 
 _DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
 
@@ -119,6 +122,9 @@ class BatchStep:
         self.rng = np.random.default_rng(seed)
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         self.stateful = signature.is_recurrent or signature.uses_prev_actions or signature.uses_prev_rewards
+        # The running batch's sessions were not yet confirmed by the external store (see
+        # ``before_batch``); batches of one version never overlap.
+        self._unconfirmed = False
 
     def run(self, steps: list[Step]) -> list[Any]:
         """One result per step: its ``StepOutput``; for a step index that does not fit the
@@ -174,8 +180,16 @@ class BatchStep:
     # ------------------------------------------------------------------ an external store
 
     async def before_batch(self, steps: list[Step]) -> list[ServiceError | None]:
-        """The store checks the copies of the batch's sessions (per request: None or why not)."""
-        errors = await self.sessions.validate([_session_group(step) for step in steps])
+        """The store checks the copies of the batch's sessions (per request: None or why not).
+
+        When every session has a copy here from an earlier step, the check is only sent:
+        the batch runs on those copies while the store answers, and ``after_batch`` reads
+        the answer, running again the few requests whose sessions had moved on elsewhere."""
+        groups = [_session_group(step) for step in steps]
+        self._unconfirmed = await self.sessions.send_validate(groups)
+        if self._unconfirmed:
+            return [None] * len(steps)
+        errors = await self.sessions.validate(groups)
         for step, error in zip(steps, errors, strict=True):
             if error is None and step.has_sessions:
                 # A refreshed copy may hold another generator object (or none).
@@ -185,6 +199,9 @@ class BatchStep:
     async def after_batch(self, steps: list[Step], results: list[Any]) -> list[Any]:
         """The store writes the sessions of every answered request; a request whose
         sessions changed elsewhere meanwhile gets the store's 409 instead of its answer."""
+        if self._unconfirmed:
+            self._unconfirmed = False
+            results = await self._confirm(steps, results)
         groups: list[list[Any]] = []
         for step, result in zip(steps, results, strict=True):
             group = _session_group(step)
@@ -196,6 +213,29 @@ class BatchStep:
             groups.append(group)
         errors = await self.sessions.commit(groups)
         return [result if error is None else error for result, error in zip(results, errors, strict=True)]
+
+    async def _confirm(self, steps: list[Step], results: list[Any]) -> list[Any]:
+        """The store's answer to ``send_validate``: requests whose copies were current keep
+        their results; those restored from the store run again; the others get its refusal."""
+        verdicts = await self.sessions.confirm([_session_group(step) for step in steps])
+        results = list(results)
+        again: list[int] = []
+        for index, verdict in enumerate(verdicts):
+            if isinstance(verdict, ServiceError):
+                results[index] = verdict
+            elif verdict:
+                again.append(index)
+                step = steps[index]
+                step.rngs = [None if s is None else s.rng for s in step.sessions]
+        if again:
+            try:
+                rerun = self.run([steps[i] for i in again])
+            except Exception as exc:  # as the batcher treats a failed batch
+                log.exception("running %d requests again after the store's answer failed", len(again))
+                rerun = [BatchFailed(f"the runtime failed on this batch: {type(exc).__name__}: {exc}")] * len(again)
+            for index, result in zip(again, rerun, strict=True):
+                results[index] = result
+        return results
 
     def _batch_obs(self, steps: list[Step]) -> np.ndarray:
         rows = [s.obs_row for s in steps]

@@ -157,7 +157,8 @@ async def test_steps_of_held_sessions_commit_in_a_watched_transaction(make_clien
     redis.config_resetstat()
     await episode([client], "lstm", "x", obs[:2])
     # Step 0 creates the session: its commit is the script, loaded on first use. Step 1's
-    # validate finds its script missing too: loaded, then watched and validated again.
+    # validate, sent before its batch runs, finds its script missing too: loaded, then
+    # watched and validated again.
     assert calls()["watch"] == 2 and calls()["script|load"] == 2 and "mset" in calls()
     redis.config_resetstat()
     for t in range(2, 5):
@@ -204,6 +205,31 @@ async def test_a_write_between_validate_and_commit_loses_only_its_request(make_c
     assert "rlserve_session_conflicts_total 1.0" in app_a.state.metrics.render().decode()
     assert (await step(a, "lstm", "w", obs_w[3], 3)).json()["action"] == expected_w[3]  # a reads w again
     assert (await step(b, "lstm", "v", obs_v[3], 3)).json()["action"] == expected_v[3]
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+async def test_a_new_episode_on_a_stale_copy_equals_one_process(make_client, redis_server, seed):
+    """A replica whose copy is stale runs its batch before the store's answer arrives, then
+    restores the session from the store and runs the request again; an episode restart
+    (reseeded or keeping the session's generator) is redone on the restored session."""
+    store = {"session_store": redis_server.url}
+    _, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    _, reference = make_client(("lstm",))
+    obs = observations(31, 7)
+    restart = {"episode_start": True} if seed is None else {"episode_start": True, "seed": seed}
+    runs = []
+    for clients in ([reference], [a, b]):
+        actions = await episode(clients, "lstm", "n", obs[:4])  # a, b, a, b: a's copy is stale now
+        for t in range(4, 7):  # a new episode, its first step on a
+            body = {"observation": obs[t], "session_id": "n", **(restart if t == 4 else {"reward": 1.0})}
+            r = await clients[t % len(clients)].post("/v1/models/lstm/act", json=body)
+            assert r.status_code == 200, r.text
+            actions.append(r.json()["action"])
+        runs.append(actions)
+    assert runs[0] == runs[1]
+    info = (await b.get("/v1/models/lstm/sessions/n")).json()
+    assert info["steps"] == 3 and info["seed"] == (17 if seed is None else seed)
 
 
 async def test_two_creations_of_one_id_cannot_both_win(make_client, redis_server):
