@@ -3,15 +3,19 @@
 Every replica (or worker) that shares one Redis and one model repository can serve every
 session. One key per session holds its record (``rlserve.service.sessions.record``) with
 the idle deadline as the key's TTL; an ended session leaves a small tombstone key so its
-id answers 410. Per batch of a model version the store is touched at most twice, each a
-single Lua script over all the batch's sessions, never a call per session:
+id answers 410. Per batch of a model version the store is touched at most twice, each one
+round trip for all the batch's sessions, never a call per session:
 
-- ``validate`` (before the runtime call): ``WATCH`` on the batch's session keys and, in
-  the same round trip, for each session held here, "is your revision still the one I
-  hold?"; the store answers 0 or the newer record, which replaces the copy held here
-  (another replica stepped the session since). The connection keeps its ``WATCH`` until
-  the commit. With ``RLSERVE_SESSION_CACHE=trust`` this read is skipped (the load
-  balancer routes each session to one replica; a stale copy is still caught by the write).
+- ``validate`` (around the runtime call): ``WATCH`` on the batch's session keys and, in
+  the same round trip, a script asking for each session held here "is your revision
+  still the one I hold?"; the store answers 0 or the newer record, which replaces the
+  copy held here (another replica stepped the session since). The connection keeps its
+  ``WATCH`` until the commit. When every session of the batch has a copy here from an
+  earlier step (the usual batch), the validate is only sent before the runtime call and
+  its answer read after it (``send_validate``, ``confirm``): the few requests whose
+  sessions had moved on are restored from the records it returns and run again. With
+  ``RLSERVE_SESSION_CACHE=trust`` no validate is sent (the load balancer routes each
+  session to one replica; a stale copy is still caught by the write).
 - ``commit`` (after it, before any answer is sent): each request's sessions are written
   only if the store still holds the revisions they were computed from, so two replicas
   stepping one session can never fork it. After a validate, that is Redis's own optimistic
@@ -256,9 +260,9 @@ class RedisSessions:
     def for_model(self, model: str) -> ModelSessions:
         return ModelSessions(self, model)
 
-    async def call(self, op: str, fn: Any, earlier_s: float = 0.0) -> Any:
-        """Run ``fn(client)`` (one round trip), timed (plus ``earlier_s`` spent on it
-        before), with store failures as 503."""
+    async def call(self, op: str | None, fn: Any, earlier_s: float = 0.0) -> Any:
+        """Run ``fn(client)`` (one round trip), timed as ``op`` (plus ``earlier_s`` spent on
+        it before; None: not timed), with store failures as 503."""
         started = time.perf_counter() - earlier_s
         try:
             return await fn(self.client())
@@ -268,7 +272,7 @@ class RedisSessions:
                 "nothing was changed by this request unless it says otherwise; retry later",
                 headers={"Retry-After": "1"}) from exc
         finally:
-            if self.observer is not None:
+            if self.observer is not None and op is not None:
                 self.observer.store_call(op, time.perf_counter() - started)
 
     async def script(self, name: str, keys: Sequence[bytes], args: Sequence[Any], op: str) -> Any:
@@ -333,7 +337,7 @@ class RedisSessions:
                 await _drop(pool, conn)
                 raise
             return conn
-        conn = await self.call("validate", run)
+        conn = await self.call(None, run)  # timed with its read (``watch_read``)
         return conn, time.perf_counter() - started
 
     async def watch_read(self, conn: Any, sent_s: float) -> list[Any] | None:
@@ -575,11 +579,11 @@ class CachedSessionStore(SessionStore):
             conn, replies = await store.watch(keys, args)
         else:  # no hiredis (not the [redis] extra): validate without a lock
             conn, replies = None, await store.script("validate", keys, args, "validate")
-        replies = iter(replies)
+        answers = iter(replies)
         misses = 0
         for index, group in enumerate(checked):
             for session in group:
-                reply = next(replies)
+                reply = next(answers)
                 if reply == 0:
                     continue
                 revision = session.revision
@@ -648,10 +652,10 @@ class CachedSessionStore(SessionStore):
             self.discard([s for group in groups for s in group])  # the batch moved them
             return [exc] * len(groups)
         verdicts: list[ServiceError | bool] = [False] * len(groups)
-        replies = iter(replies)
+        answers = iter(replies)
         hits = misses = 0
         for index, group in enumerate(groups):
-            records = [next(replies) for _ in group]
+            records = [next(answers) for _ in group]
             if all(record == 0 for record in records):
                 hits += len(group)
                 continue
