@@ -4,8 +4,9 @@ Three measurements, side by side in one run, with the load generator of bench_se
 (closed loop, N keep-alive connections, its own process):
 
 1. LSTM(256) sessions at c=64, one worker: the in-process store vs Redis (over its unix
-   socket and over TCP), both cache modes (validate: one read script before and one write
-   script after each batch; trust: the write only). Target: Redis >= 0.7x in-process.
+   socket and over TCP), both cache modes (validate: a WATCH and a read script sent with
+   each batch, a transaction after it; trust: the write script only). Target: Redis >= 0.7x
+   in-process.
 2. Single-observation MLP requests, one worker vs ``--workers 2`` (with the external store
    configured), against the minimal ASGI app on one vs two uvicorn workers. Target: the
    rlserve 2/1 ratio >= 0.9x the minimal app's 2/1 ratio.
