@@ -1,7 +1,7 @@
 """The act use case, framework-free: body bytes in, response bytes out.
 
     decode + normalise rows ─► resolve sessions (read-only) ─► policy.prepare (validate)
-      ─► bind sessions (create / restart / in-flight count) ─► batcher ─► encode
+      ─► bind sessions (create / note restarts / in-flight count) ─► batcher ─► encode
 
 ``act`` awaits the batch (the ASGI handlers); ``act_nowait`` hands a callback to the
 batcher instead (the act protocol, which has no task per request).
@@ -311,23 +311,22 @@ class ActService:
         if rows.single and binding.existing and not rows.episode_starts[0]:
             session = binding.existing[0][1]  # the common session step
             session.inflight += 1
-            step.sessions, step.rngs, step.has_sessions = [session], [session.rng], True
+            step.sessions, step.has_sessions = [session], True
             return step.sessions
         sessions: list[Session | None] = [None] * len(rows)
         for row, session in binding.existing:
-            if rows.episode_starts[row]:
-                store.restart(session, rows.seeds[row])
+            if rows.episode_starts[row]:  # the batch restarts it, once its earlier steps ran
+                if step.restarts is None:
+                    step.restarts = []
+                step.restarts.append((session, rows.seeds[row]))
             sessions[row] = session
         for row, session_id in binding.new:
             sessions[row] = store.create(session_id, rows.seeds[row])
             assert step.reset[row]  # only an episode_start row creates a session (see _resolve)
-        rngs = []
         for maybe_session in sessions:
             if maybe_session is not None:
                 maybe_session.inflight += 1  # pins it: never evicted or expired while queued
-            rngs.append(None if maybe_session is None else maybe_session.rng)
         step.sessions = sessions
-        step.rngs = rngs
         step.has_sessions = True
         return sessions
 

@@ -635,8 +635,8 @@ class CachedSessionStore(SessionStore):
     async def confirm(self, groups: list[list[Session]]) -> list[ServiceError | bool]:
         """After ``send_validate`` and the batch: per request False when its copies were
         current (its answer stands), True when a session of it had moved on elsewhere (its
-        copies now hold the store's records again, restarts redone: run it again), or why
-        it cannot run (its copies are dropped)."""
+        copies now hold the store's records again: run it again, an episode restart with
+        it), or why it cannot run (its copies are dropped)."""
         sent, self._sent = self._sent, None
         assert sent is not None and self._watch is not None and self._watch[0] is sent[0]
         conn, sent_s, keys, args = sent
@@ -668,10 +668,6 @@ class CachedSessionStore(SessionStore):
                     continue
                 misses += session.revision != held
                 hits += session.revision == held
-                if session.restarting:  # what ``restart`` did, undone by the batch
-                    session.steps, session.answer = 0, None
-                    if session.restarting == 2:
-                        session.rng = np.random.default_rng(session.seed)
             if verdict is not True:
                 self.discard(group)
             verdicts[index] = verdict
@@ -696,11 +692,7 @@ class CachedSessionStore(SessionStore):
         with self.slabs.lock:
             self.slabs.put_rows(np.array([session.slot]), [row[None] for row in record.rows])
         session.revision, session.persisted = record.revision, True
-        if session.restarting == 0:
-            session.steps, session.seed, session.rng, session.answer = (record.steps, record.seed, record.rng,
-                                                                        record.answer)
-        elif session.restarting == 1:  # a restart that keeps drawing from the session's generator
-            session.seed, session.rng = record.seed, record.rng
+        session.steps, session.seed, session.rng, session.answer = record.steps, record.seed, record.rng, record.answer
         return None
 
     async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:
@@ -755,7 +747,7 @@ class CachedSessionStore(SessionStore):
             if errors[index] is None:
                 for session in group:
                     session.revision = (session.revision + 1) & ((1 << 64) - 1)
-                    session.persisted, session.restarting = True, 0
+                    session.persisted = True
 
     async def _drop_watch(self) -> None:
         watch, self._watch, self._sent = self._watch, None, None

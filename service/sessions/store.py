@@ -57,11 +57,9 @@ class Session:
     answer: bytes | None = None
     # The external store's bookkeeping (``rlserve.service.sessions.redis_store``): the
     # compare-and-set word of the copy held here, whether the store has a record at all,
-    # a restart applied here but not yet written (0 none, 1 keeping the generator,
-    # 2 reseeded), and whether the copy was read from the store for the request now queued.
+    # and whether the copy was read from the store for the request now queued.
     revision: int = 0
     persisted: bool = False
-    restarting: int = 0
     fresh: bool = False
 
 
@@ -185,10 +183,10 @@ class SessionStore:
         return session
 
     def restart(self, session: Session, seed: int | None) -> None:
-        """A new episode in an existing session: reseed (the step itself resets the slot)."""
+        """A new episode in an existing session, when its batch runs: count from 0 and
+        reseed (None: keep drawing from the session's generator); the batch resets the slot."""
         session.steps = 0
         session.answer = None
-        session.restarting = 1 if seed is None else 2
         if seed is not None:
             session.seed, session.rng = seed, _rng(seed)
 

@@ -149,6 +149,7 @@ class BatchStep:
         return results
 
     def _run(self, steps: list[Step]) -> list[StepOutput]:
+        self._begin(steps)
         inputs = {"obs": self._batch_obs(steps)}
         if self.stateful:
             slots = self._slots(steps)
@@ -163,6 +164,18 @@ class BatchStep:
         results = self._split(steps, actions, logp, entropy, outputs["value"] if wants_value else None, dist_inputs)
         self._advance(steps, results)
         return results
+
+    def _begin(self, steps: list[Step]) -> None:
+        """What a request does to its sessions before its rows run: episodes restart now,
+        after every earlier step of the session (a pipelining client's, or one run again on
+        a copy restored from the external store), and each row draws from the generator its
+        session has now."""
+        for step in steps:
+            if step.has_sessions:
+                if step.restarts is not None:
+                    for session, seed in step.restarts:
+                        self.sessions.restart(session, seed)
+                step.rngs = [None if s is None else s.rng for s in step.sessions]
 
     @staticmethod
     def _advance(steps: list[Step], results: list[StepOutput]) -> None:
@@ -189,12 +202,7 @@ class BatchStep:
         self._unconfirmed = await self.sessions.send_validate(groups)
         if self._unconfirmed:
             return [None] * len(steps)
-        errors = await self.sessions.validate(groups)
-        for step, error in zip(steps, errors, strict=True):
-            if error is None and step.has_sessions:
-                # A refreshed copy may hold another generator object (or none).
-                step.rngs = [None if s is None else s.rng for s in step.sessions]
-        return errors
+        return await self.sessions.validate(groups)
 
     async def after_batch(self, steps: list[Step], results: list[Any]) -> list[Any]:
         """The store writes the sessions of every answered request; a request whose
@@ -225,8 +233,6 @@ class BatchStep:
                 results[index] = verdict
             elif verdict:
                 again.append(index)
-                step = steps[index]
-                step.rngs = [None if s is None else s.rng for s in step.sessions]
         if again:
             try:
                 rerun = self.run([steps[i] for i in again])
@@ -318,8 +324,8 @@ class BatchStep:
             actions = dist.deterministic_sample()
         else:
             actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
-        # Seeded sessions draw from their own generator (the one they had when the request
-        # was accepted), one row at a time, so an episode replays whatever shares its batch.
+        # Seeded sessions draw from their own generator, one row at a time, so an episode
+        # replays whatever shares its batch.
         start = 0
         for step in steps:
             for offset, rng in enumerate(step.rngs):

@@ -44,7 +44,11 @@ class Step:
     rewards: list[float | None]
     prev_actions: np.ndarray | None  # (n, A) reported taken actions, NaN rows where absent
     mask: np.ndarray | None  # (n, W) bool, all True where no mask was given
-    rngs: list[np.random.Generator | None] = field(default_factory=list)  # per row; [] = none
+    # Per row, the generator a seeded session draws from; set when the batch runs ([] = none).
+    rngs: list[np.random.Generator | None] = field(default_factory=list)
+    # Existing sessions this request starts a new episode in, with their new seed (None:
+    # keep the generator); applied when the batch runs, after the session's earlier steps.
+    restarts: list[tuple[Session, int | None]] | None = None
     windows: list[dict[str, np.ndarray] | None] | None = None  # sent trajectory windows, per row
     has_sessions: bool = False
     epsilon: float | None = None  # a Q-policy's exploration rate for this request (None: the model's)

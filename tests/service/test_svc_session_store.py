@@ -62,6 +62,37 @@ async def two_replicas_partway(make_client, store: dict, seed: int, sid: str, st
     return a, b, obs, expected
 
 
+def cache_count(app, result: str) -> float:
+    for line in app.state.metrics.render().decode().splitlines():
+        if line.startswith(f'rlserve_session_cache_total{{result="{result}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def pipelined(app, client, sid: str, first: dict, second: dict) -> list:
+    """Post ``first`` and, while it is still queued, ``second`` for session ``sid`` (one
+    client pipelining its steps); both answers. Fails unless both were in flight at once."""
+    held = app.state.registry.entry("lstm").policy().sessions
+
+    async def in_flight(count: int) -> None:
+        for _ in range(2000):
+            session = held.live(sid)
+            if session is not None and session.inflight >= count:
+                return
+            await asyncio.sleep(0.0005)
+        raise AssertionError(f"session {sid!r} never had {count} requests in flight")
+
+    body = {"session_id": sid}
+    one = asyncio.ensure_future(client.post("/v1/models/lstm/act", json={**body, **first}))
+    await in_flight(1)
+    two = asyncio.ensure_future(client.post("/v1/models/lstm/act", json={**body, **second}))
+    await in_flight(2)
+    answers = await asyncio.gather(one, two)
+    for r in answers:
+        assert r.status_code == 200, r.text
+    return [r.json()["action"] for r in answers]
+
+
 @pytest.mark.parametrize("model", MODELS)
 async def test_replicas_alternating_equal_one_process(make_client, redis_server, model):
     store = {"session_store": redis_server.url}
@@ -213,7 +244,7 @@ async def test_a_new_episode_on_a_stale_copy_equals_one_process(make_client, red
     restores the session from the store and runs the request again; an episode restart
     (reseeded or keeping the session's generator) is redone on the restored session."""
     store = {"session_store": redis_server.url}
-    _, a = make_client(("lstm",), **store)
+    app_a, a = make_client(("lstm",), **store)
     _, b = make_client(("lstm",), **store)
     _, reference = make_client(("lstm",))
     obs = observations(31, 7)
@@ -221,15 +252,57 @@ async def test_a_new_episode_on_a_stale_copy_equals_one_process(make_client, red
     runs = []
     for clients in ([reference], [a, b]):
         actions = await episode(clients, "lstm", "n", obs[:4])  # a, b, a, b: a's copy is stale now
+        misses = cache_count(app_a, "miss")
         for t in range(4, 7):  # a new episode, its first step on a
             body = {"observation": obs[t], "session_id": "n", **(restart if t == 4 else {"reward": 1.0})}
             r = await clients[t % len(clients)].post("/v1/models/lstm/act", json=body)
             assert r.status_code == 200, r.text
             actions.append(r.json()["action"])
         runs.append(actions)
+        if clients[0] is a:  # a's two steps found their copy stale after the batch ran, and ran again
+            assert cache_count(app_a, "miss") == misses + 2
     assert runs[0] == runs[1]
     info = (await b.get("/v1/models/lstm/sessions/n")).json()
     assert info["steps"] == 3 and info["seed"] == (17 if seed is None else seed)
+
+
+@pytest.mark.parametrize("second", ["step", "reseeded restart", "restart"])
+@pytest.mark.parametrize("external", [False, True])
+async def test_pipelined_steps_of_one_session_equal_sequential_ones(make_client, redis_server, external, second):
+    """A client sends step t and, before its answer, step t+1 (or a new episode). The
+    second applies after the first, as if sent after its answer: the first draws from the
+    session's generator as it was, a restart counts from 0 afterwards. With the external
+    store the replica's copy is stale, so the first step's batch runs again on the store's
+    record (see ``test_a_new_episode_on_a_stale_copy_equals_one_process``), and the second
+    still draws from the restored generator."""
+    store = {"session_store": redis_server.url} if external else {}
+    app_a, a = make_client(("lstm",), max_batch_delay_ms=100, **store)
+    _, b = make_client(("lstm",), **store)
+    _, reference = make_client(("lstm",))
+    obs = observations(41, 7)
+    follow = {"reward": 1.0}
+    if second != "step":
+        follow = {"episode_start": True, **({"seed": 5} if second == "reseeded restart" else {})}
+    bodies = [{"observation": obs[4], "reward": 2.0}, {"observation": obs[5], **follow}]
+    runs, steps = [], []
+    for clients in ([reference], [a, b] if external else [a]):
+        actions = await episode(clients, "lstm", "p", obs[:4])  # a, b, a, b: a's copy is stale now
+        if clients[0] is a:
+            misses = cache_count(app_a, "miss")
+            actions += await pipelined(app_a, a, "p", *bodies)
+            if external:  # the first step's batch found the stale copy and ran again
+                assert cache_count(app_a, "miss") == misses + 1
+        else:
+            for body in bodies:
+                r = await reference.post("/v1/models/lstm/act", json={"session_id": "p", **body})
+                actions.append(r.json()["action"])
+        r = await clients[-1].post("/v1/models/lstm/act", json={"session_id": "p", "observation": obs[6]})
+        actions.append(r.json()["action"])
+        runs.append(actions)
+        steps.append((await clients[-1].get("/v1/models/lstm/sessions/p")).json())
+    assert runs[0] == runs[1]
+    assert steps[0]["steps"] == steps[1]["steps"] == (7 if second == "step" else 2)
+    assert steps[0]["seed"] == steps[1]["seed"] == (5 if second == "reseeded restart" else 17)
 
 
 async def test_two_creations_of_one_id_cannot_both_win(make_client, redis_server):
