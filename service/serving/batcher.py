@@ -70,8 +70,12 @@ DoneFn = Callable[[Any, BatchInfo | None, ServiceError | None], None]
 Observer = Callable[[BatchInfo, Sequence[Job]], None]
 # before(payloads) -> per payload None (run it) or the error that refuses it
 BeforeFn = Callable[[list[Any]], Awaitable[Sequence[ServiceError | None]]]
-# after(payloads, results) -> results, one per payload (a ServiceError fails its own job)
-AfterFn = Callable[[list[Any], list[Any]], Awaitable[Sequence[Any]]]
+# run(payloads, rows) -> results: payloads run as a batch is (inline or in the batcher's
+# thread by size; a failure becomes each payload's BatchFailed)
+RunFn = Callable[[list[Any], int], Awaitable[list[Any]]]
+# after(payloads, results, run) -> results, one per payload (a ServiceError fails its own
+# job); ``run`` runs some payloads again
+AfterFn = Callable[[list[Any], list[Any], RunFn], Awaitable[Sequence[Any]]]
 
 
 class Batcher:
@@ -260,20 +264,9 @@ class Batcher:
                 job.queue_s = started - job.enqueued
                 payloads.append(job.payload)
                 rows += job.rows
-            try:
-                if rows > self.inline_rows:
-                    results = await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch,
-                                                                               payloads)
-                else:
-                    results = self._run_batch(payloads)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a poisoned batch fails only itself
-                log.exception("batch of %d requests for %s failed", len(batch), self.name)
-                error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
-                results = [error] * len(batch)
+            results = await self._run(payloads, rows)
             if self._after is not None:
-                results = await self._finish(payloads, list(results))
+                results = await self._finish(payloads, results)
         except asyncio.CancelledError:
             for job in batch:
                 self._fail(job, NotReady(f"model {self.name} was unloaded"))
@@ -292,6 +285,21 @@ class Batcher:
                 self._observer(info, batch)
             except Exception:  # metrics must never fail a request
                 log.exception("batch observer failed")
+
+    async def _run(self, payloads: list[Any], rows: int) -> list[Any]:
+        """The batch function on ``payloads``: inline when small, else in the batcher's thread.
+        If it raises, every payload gets the failure (a poisoned batch fails only itself)."""
+        try:
+            if rows > self.inline_rows:
+                return list(await asyncio.get_running_loop().run_in_executor(self._thread(), self._run_batch,
+                                                                             payloads))
+            return list(self._run_batch(payloads))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("batch of %d requests for %s failed", len(payloads), self.name)
+            error = BatchFailed(f"model {self.name}: the runtime failed on this batch: {type(exc).__name__}: {exc}")
+            return [error] * len(payloads)
 
     async def _screen(self, batch: list[Job]) -> list[Job]:
         """The jobs ``before`` lets run; the others are answered with its refusal."""
@@ -314,7 +322,7 @@ class Batcher:
     async def _finish(self, payloads: list[Any], results: list[Any]) -> list[Any]:
         assert self._after is not None
         try:
-            return list(await self._after(payloads, results))
+            return list(await self._after(payloads, results, self._run))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -34,11 +34,13 @@ class Policy:
     clip_default: bool = False
 
     async def close(self) -> None:
-        """Stop serving: the batcher fails what is queued (503), and the files an archive was
-        unpacked into are deleted (a bundle directory of the repository is never touched).
-        The runtime keeps nothing open on them: ONNX Runtime and torch read the model at load."""
+        """Stop serving: the batcher fails what is queued (503), the session store lets go of
+        what a cancelled batch held, and the files an archive was unpacked into are deleted
+        (a bundle directory of the repository is never touched). The runtime keeps nothing
+        open on them: ONNX Runtime and torch read the model at load."""
         if self.batcher is not None:
             await self.batcher.close()
+        await self.sessions.close()
         self.bundle.close()
 
     @property

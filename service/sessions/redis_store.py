@@ -3,8 +3,9 @@
 Every replica (or worker) that shares one Redis and one model repository can serve every
 session. One key per session holds its record (``rlserve.service.sessions.record``) with
 the idle deadline as the key's TTL; an ended session leaves a small tombstone key so its
-id answers 410. Per batch of a model version the store is touched at most twice, each one
-round trip for all the batch's sessions, never a call per session:
+id answers 410. Per batch of a model version the store is touched twice, each one round
+trip for all the batch's sessions, never a call per session (a third only when Redis
+refuses the transaction below, or lost its scripts):
 
 - ``validate`` (around the runtime call): ``WATCH`` on the batch's session keys and, in
   the same round trip, a script asking for each session held here "is your revision
@@ -22,10 +23,10 @@ round trip for all the batch's sessions, never a call per session:
   lock: ``MULTI``, one ``MSET`` of the records, their TTLs, ``EXEC``, which Redis refuses
   if any watched key changed since. The records then never pass through Lua, which costs
   Redis several times more than storing them (``docs/benchmarks.md``). When ``EXEC``
-  refuses, and without a validate (``trust``, or a session new to the store in the
-  batch), the commit script compares each request's revisions itself (compare-and-set,
-  all of one request or none of it). A request that lost answers 409 and its sessions'
-  copies are dropped here.
+  refuses, without a validate (``trust``), or with a session new to the store in the batch
+  (sent with ``UNWATCH``), the commit script compares each request's revisions itself
+  (compare-and-set, all of one request or none of it). A request that lost answers 409
+  and its sessions' copies are dropped here.
 
 A session not held here (after a restart, a failover, a rebalance) is read by the
 registry with one ``MGET`` for all the ids of a request (``ModelSessions.fetch``) and
@@ -286,8 +287,30 @@ class RedisSessions:
             return await script(keys=keys, args=args)
         return await self.call(op, run)
 
+    async def unwatch_script(self, conn: Any, name: str, keys: Sequence[bytes], args: Sequence[Any], op: str) -> Any:
+        """``UNWATCH`` on ``conn`` (from ``watch``, given back here) and the script ``name``
+        after it, in one round trip: a commit that cannot be a transaction."""
+        assert _pack_command is not None
+        packed = _UNWATCH + _pack_command((b"EVALSHA", self._scripts[name].sha, len(keys), *keys, *args))
+
+        async def run(client: Any) -> Any:
+            pool = client.connection_pool
+            try:
+                await conn.send_packed_command(packed, check_health=False)
+                await conn.read_response()  # OK
+                result = await conn.read_response()
+            except self._redis.exceptions.NoScriptError:  # read whole: the connection is clean
+                await pool.release(conn)
+                return await self._scripts[name](keys=keys, args=args)  # loads it
+            except BaseException:
+                await _drop(pool, conn)
+                raise
+            await pool.release(conn)
+            return result
+        return await self.call(op, run)
+
     # A batch's optimistic lock: ``watch`` before the runtime call, ``transact`` (or
-    # ``unwatch``) after it, on one connection taken from the pool for the batch.
+    # ``unwatch``, ``unwatch_script``) after it, on one connection taken from the pool for the batch.
 
     @property
     def can_watch(self) -> bool:
@@ -386,8 +409,10 @@ class RedisSessions:
             if result is None:
                 return False
             if isinstance(result[-1], Exception) or result[-1] != len(keys):
-                log.error("the records were written but setting their TTLs failed: %r", result[-1])
-                raise self._redis.exceptions.ResponseError(f"setting the sessions' TTLs failed: {result[-1]!r}")
+                # The records are written (the step happened: it is answered), only their
+                # idle deadlines are not; the next commit of each session sets it again.
+                log.error("%d session records were written but setting their TTLs failed: %r", len(keys),
+                          result[-1])
             return True
         return await self.call("commit", run)
 
@@ -638,19 +663,18 @@ class CachedSessionStore(SessionStore):
         copies now hold the store's records again: run it again, an episode restart with
         it), or why it cannot run (its copies are dropped)."""
         sent, self._sent = self._sent, None
-        assert sent is not None and self._watch is not None and self._watch[0] is sent[0]
+        watch, self._watch = self._watch, None  # whatever happens below gives its connection back
+        assert sent is not None and watch is not None and watch[0] is sent[0]
         conn, sent_s, keys, args = sent
         try:
             replies = await self.remote.store.watch_read(conn, sent_s)
-            if replies is None:  # the server lost the script: watch and validate again (loads it)
-                self._watch = None
-                await self.remote.store.call("validate", lambda client: client.script_load(VALIDATE_LUA))
+            if replies is None:  # the server lost the script: load it, watch and validate again
+                await self.remote.store.call(None, lambda client: client.script_load(VALIDATE_LUA))
                 conn, replies = await self.remote.store.watch(keys, args)
-                self._watch = (conn, {s for group in groups for s in group})
         except StoreUnavailable as exc:
-            self._watch = None  # watch_read gave the connection back
             self.discard([s for group in groups for s in group])  # the batch moved them
-            return [exc] * len(groups)
+            return [exc if group else False for group in groups]
+        self._watch = (conn, watch[1])
         verdicts: list[ServiceError | bool] = [False] * len(groups)
         answers = iter(replies)
         hits = misses = 0
@@ -663,8 +687,9 @@ class CachedSessionStore(SessionStore):
             for session, record in zip(group, records, strict=True):
                 held = session.revision
                 error = self._refresh(session, record)
-                if error is not None:
+                if error is not None:  # counted as ``validate`` counts it
                     verdict = error
+                    misses += 1
                     continue
                 misses += session.revision != held
                 hits += session.revision == held
@@ -707,6 +732,7 @@ class CachedSessionStore(SessionStore):
             return errors
         records = self._records(sessions, [(s.revision + 1) & ((1 << 64) - 1) for s in sessions])
         keys = [self.remote.key(s.id) for s in sessions]
+        watching = None
         if watch is not None:
             conn, watched = watch
             if watched.issuperset(sessions):
@@ -714,23 +740,26 @@ class CachedSessionStore(SessionStore):
                     written = await self.remote.store.transact(conn, keys, records, self.ttl_ms)
                 except StoreUnavailable as exc:
                     self.discard(sessions)  # written or not: read them again next time
-                    return [exc] * len(groups)
+                    return [exc if group else None for group in groups]
                 if written:
                     self._committed(groups, errors)
                     return errors
                 # EXEC refused: a session changed since the validate. The script below
                 # tells which requests lost (and writes the others).
             else:  # a session new to the store is in the batch: the script checks it is absent
-                await self.remote.store.unwatch(conn)
+                watching = conn
         args = [self.ttl_ms, struct.pack(f"<{len(groups)}I", *(len(g) for g in groups)),
                 b"".join(revision_bytes(s.revision) for s in sessions),
                 bytes(48 if s.persisted else 49 for s in sessions),  # "0": must hold it, "1": none yet
                 *records]
         try:
-            lost = await self.remote.store.script("commit", keys, args, "commit")
+            if watching is not None:
+                lost = await self.remote.store.unwatch_script(watching, "commit", keys, args, "commit")
+            else:
+                lost = await self.remote.store.script("commit", keys, args, "commit")
         except StoreUnavailable as exc:
             self.discard(sessions)  # written or not: read them again next time
-            return [exc] * len(groups)
+            return [exc if group else None for group in groups]
         for number in lost:
             group = groups[int(number) - 1]
             errors[int(number) - 1] = _conflict(group)
@@ -748,6 +777,11 @@ class CachedSessionStore(SessionStore):
                 for session in group:
                     session.revision = (session.revision + 1) & ((1 << 64) - 1)
                     session.persisted = True
+
+    async def close(self) -> None:
+        """The batcher stopped (an unload), maybe inside a batch: close a watching connection
+        the batch still held, which nothing else would give back to the pool."""
+        await self._drop_watch()
 
     async def _drop_watch(self) -> None:
         watch, self._watch, self._sent = self._watch, None, None

@@ -332,6 +332,9 @@ class SessionStore:
         for session in list(self._sessions.values()):
             self._drop(session, "its model version was unloaded")
 
+    async def close(self) -> None:
+        """The model version is unloaded and its batcher stopped; nothing is held open here."""
+
     # ------------------------------------------------------------------ internals
 
     def _take_slot(self) -> int:

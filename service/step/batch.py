@@ -13,7 +13,6 @@ any answer goes out).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,8 @@ import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
-from rlserve.service.errors import BatchFailed, ServiceError, SessionConflict
+from rlserve.service.errors import BatchFailed, ServiceError, SessionConflict, StoreUnavailable
+from rlserve.service.serving.batcher import RunFn
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
@@ -32,8 +32,6 @@ from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import floats_json
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
-
-log = logging.getLogger("rlserve.batch")
 
 _DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
 
@@ -199,46 +197,55 @@ class BatchStep:
         the batch runs on those copies while the store answers, and ``after_batch`` reads
         the answer, running again the few requests whose sessions had moved on elsewhere."""
         groups = [_session_group(step) for step in steps]
-        self._unconfirmed = await self.sessions.send_validate(groups)
-        if self._unconfirmed:
-            return [None] * len(steps)
-        return await self.sessions.validate(groups)
+        try:
+            self._unconfirmed = await self.sessions.send_validate(groups)
+            if self._unconfirmed:
+                return [None] * len(steps)
+            return await self.sessions.validate(groups)
+        except StoreUnavailable as exc:  # requests without sessions need no store
+            return [exc if group else None for group in groups]
 
-    async def after_batch(self, steps: list[Step], results: list[Any]) -> list[Any]:
+    async def after_batch(self, steps: list[Step], results: list[Any], run: RunFn) -> list[Any]:
         """The store writes the sessions of every answered request; a request whose
-        sessions changed elsewhere meanwhile gets the store's 409 instead of its answer."""
-        if self._unconfirmed:
-            self._unconfirmed = False
-            results = await self._confirm(steps, results)
-        groups: list[list[Any]] = []
-        for step, result in zip(steps, results, strict=True):
-            group = _session_group(step)
-            if isinstance(result, ServiceError):
-                self.sessions.discard(group)  # the batch may have moved them: read them again next time
-                group = []
-            elif isinstance(result, KeptAnswer):
-                group = []  # answered again; nothing moved
-            groups.append(group)
-        errors = await self.sessions.commit(groups)
+        sessions changed elsewhere meanwhile gets the store's 409 instead of its answer.
+        ``run`` runs requests again (see ``_confirm``) as the batcher ran the batch.
+
+        Should anything fail here unexpectedly (or the batcher be cancelled: an unload),
+        every copy the batch moved is dropped, to be read from the store next time: a copy
+        that ran ahead of the store must never pass for the store's revision."""
+        try:
+            if self._unconfirmed:
+                self._unconfirmed = False
+                results = await self._confirm(steps, results, run)
+            groups: list[list[Any]] = []
+            for step, result in zip(steps, results, strict=True):
+                group = _session_group(step)
+                if isinstance(result, ServiceError):
+                    self.sessions.discard(group)  # the batch may have moved them: read them again next time
+                    group = []
+                elif isinstance(result, KeptAnswer):
+                    group = []  # answered again; nothing moved
+                groups.append(group)
+            errors = await self.sessions.commit(groups)
+        except BaseException:
+            self.sessions.discard([s for step in steps for s in _session_group(step)])
+            raise
         return [result if error is None else error for result, error in zip(results, errors, strict=True)]
 
-    async def _confirm(self, steps: list[Step], results: list[Any]) -> list[Any]:
+    async def _confirm(self, steps: list[Step], results: list[Any], run: RunFn) -> list[Any]:
         """The store's answer to ``send_validate``: requests whose copies were current keep
-        their results; those restored from the store run again; the others get its refusal."""
+        their results; those restored from the store run again (unless the batch failed:
+        they keep the failure, their copies dropped); the others get its refusal."""
         verdicts = await self.sessions.confirm([_session_group(step) for step in steps])
         results = list(results)
         again: list[int] = []
         for index, verdict in enumerate(verdicts):
             if isinstance(verdict, ServiceError):
                 results[index] = verdict
-            elif verdict:
+            elif verdict and not isinstance(results[index], BatchFailed):
                 again.append(index)
         if again:
-            try:
-                rerun = self.run([steps[i] for i in again])
-            except Exception as exc:  # as the batcher treats a failed batch
-                log.exception("running %d requests again after the store's answer failed", len(again))
-                rerun = [BatchFailed(f"the runtime failed on this batch: {type(exc).__name__}: {exc}")] * len(again)
+            rerun = await run([steps[i] for i in again], sum(steps[i].rows for i in again))
             for index, result in zip(again, rerun, strict=True):
                 results[index] = result
         return results

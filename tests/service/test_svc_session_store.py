@@ -305,6 +305,97 @@ async def test_pipelined_steps_of_one_session_equal_sequential_ones(make_client,
     assert steps[0]["seed"] == steps[1]["seed"] == (5 if second == "reseeded restart" else 17)
 
 
+async def test_a_new_session_next_to_held_ones_commits_with_the_script(make_client, redis_server):
+    """A batch holding a session new to the store next to a held one cannot commit with a
+    transaction (the new key must be checked absent): it ends the WATCH and runs the commit
+    script, both on the watching connection; both episodes go on exactly."""
+    _, client = make_client(("lstm",), max_batch_delay_ms=100, session_store=redis_server.url)
+    _, reference = make_client(("lstm",))
+    redis = redis_server.client()
+    obs_h, obs_n = observations(51, 3), observations(52, 2)
+    expected_h = await episode([reference], "lstm", "h", obs_h)
+    expected_n = await episode([reference], "lstm", "n", obs_n)
+    assert await episode([client], "lstm", "h", obs_h[:2]) == expected_h[:2]
+    redis.config_resetstat()
+    h, n = await asyncio.gather(step(client, "lstm", "h", obs_h[2], 2), step(client, "lstm", "n", obs_n[0], 0))
+    assert h.json()["action"] == expected_h[2] and n.json()["action"] == expected_n[0]
+    stats = {name[len("cmdstat_"):]: v["calls"] for name, v in redis.info("commandstats").items()}
+    assert stats.get("multi", 0) == stats.get("exec", 0) == 0  # no transaction
+    assert stats["watch"] == stats["unwatch"] == 1 and stats["evalsha"] == 2  # validate, commit
+    assert (await step(client, "lstm", "n", obs_n[1], 1)).json()["action"] == expected_n[1]
+
+
+async def test_a_batch_that_failed_on_a_stale_copy_is_not_run_again(make_client, redis_server):
+    """The runtime fails on a batch that ran on a stale copy: the request gets the failure
+    (not a second run of a poisoned batch), the copy is dropped, and the retry continues
+    the episode from the store exactly."""
+    store = {"session_store": redis_server.url}
+    _, reference = make_client(("lstm",))
+    obs = observations(8, 6)
+    expected = await episode([reference], "lstm", "q", obs)
+    app_a, a = make_client(("lstm",), **store)
+    _, b = make_client(("lstm",), **store)
+    assert await episode([a, b], "lstm", "q", obs[:4]) == expected[:4]
+    batcher = app_a.state.registry.entry("lstm").policy().batcher
+    run_batch, calls = batcher._run_batch, []
+
+    def fails_once(steps):
+        calls.append(len(steps))
+        if len(calls) == 1:
+            raise RuntimeError("the accelerator fell over")
+        return run_batch(steps)
+
+    batcher._run_batch = fails_once
+    r = await step(a, "lstm", "q", obs[4], 4)  # a's copy is from step 2: stale
+    assert r.status_code == 500 and error_of(r)["code"] == "batch_failed"
+    assert calls == [1]
+    r = await step(a, "lstm", "q", obs[4], 4)
+    assert r.status_code == 200 and r.json()["action"] == expected[4]
+    assert (await step(b, "lstm", "q", obs[5], 5)).json()["action"] == expected[5]
+
+
+async def test_requests_without_sessions_need_no_store(make_client, redis_server):
+    """With the store down, a batch mixing a session's step and a stateless request
+    answers the stateless one; only the session's step is a 503."""
+    app, client = make_client(("lstm",), max_batch_delay_ms=100, session_store=redis_server.unix_url,
+                              session_store_timeout_s=0.5)
+    obs = observations(12, 3)
+    await episode([client], "lstm", "u", obs[:2])
+    redis_server.process.kill()
+    redis_server.process.wait()
+    stateful, stateless = await asyncio.gather(
+        step(client, "lstm", "u", obs[2], 2), client.post("/v1/models/lstm/act", json={"observation": obs[2]}))
+    assert stateful.status_code == 503 and error_of(stateful)["code"] == "session_store_unavailable"
+    assert stateless.status_code == 200
+
+
+async def test_an_unload_inside_a_batch_gives_the_watching_connection_back(make_client, redis_server):
+    """Unloading a model while its batch waits between the validate (which holds a
+    connection with a WATCH) and the commit: the request gets a 503 and the connection
+    goes back to the pool rather than leaking with the unloaded version."""
+    app, client = make_client(("lstm",), session_store=redis_server.url)
+    obs = observations(13, 3)
+    await episode([client], "lstm", "z", obs[:2])
+    policy = app.state.registry.entry("lstm").policy()
+    sessions = policy.sessions
+    commit, waiting = sessions.commit, asyncio.Event()
+
+    async def stuck(groups):
+        waiting.set()
+        await asyncio.Event().wait()  # never: the unload cancels it
+        return await commit(groups)
+
+    sessions.commit = stuck
+    pending = asyncio.ensure_future(step(client, "lstm", "z", obs[2], 2))
+    await asyncio.wait_for(waiting.wait(), 10)
+    pool = sessions.remote.store.client().connection_pool
+    assert len(pool._in_use_connections) == 1  # the batch's WATCH
+    await app.state.registry.remove("lstm")
+    r = await pending
+    assert r.status_code == 503
+    assert not pool._in_use_connections
+
+
 async def test_two_creations_of_one_id_cannot_both_win(make_client, redis_server):
     store = {"session_store": redis_server.url}
     _, a = make_client(("lstm",), **store)
