@@ -513,9 +513,9 @@ class CachedSessionStore(SessionStore):
         # Between a batch's validate and its commit: the connection holding the WATCH and
         # the sessions it covers.
         self._watch: tuple[Any, set[Session]] | None = None
-        # Between ``send_validate`` and ``confirm``: the connection, the send's seconds,
-        # the keys and the script's arguments.
-        self._sent: tuple[Any, float, list[bytes], list[bytes]] | None = None
+        # Between ``send_validate`` and ``confirm``: the send's seconds, the keys and the
+        # script's arguments (the connection is the watch's).
+        self._sent: tuple[float, list[bytes], list[bytes]] | None = None
 
     @property
     def observer(self) -> StoreObserver | None:
@@ -658,7 +658,7 @@ class CachedSessionStore(SessionStore):
         keys, args = self._validate_args(groups)
         conn, sent_s = await self.remote.store.watch_send(keys, args)
         self._watch = (conn, {s for group in groups for s in group})
-        self._sent = (conn, sent_s, keys, args)
+        self._sent = (sent_s, keys, args)
         return True
 
     async def confirm(self, groups: list[list[Session]]) -> list[ServiceError | bool]:
@@ -668,8 +668,8 @@ class CachedSessionStore(SessionStore):
         it), or why it cannot run (its copies are dropped)."""
         sent, self._sent = self._sent, None
         watch, self._watch = self._watch, None  # whatever happens below gives its connection back
-        assert sent is not None and watch is not None and watch[0] is sent[0]
-        conn, sent_s, keys, args = sent
+        assert sent is not None and watch is not None
+        (conn, sessions), (sent_s, keys, args) = watch, sent
         try:
             replies = await self.remote.store.watch_read(conn, sent_s)
             if replies is None:  # the server lost the script: load it, watch and validate again
@@ -678,7 +678,7 @@ class CachedSessionStore(SessionStore):
         except StoreUnavailable as exc:
             self.discard([s for group in groups for s in group])  # the batch moved them
             return [exc if group else False for group in groups]
-        self._watch = (conn, watch[1])
+        self._watch = (conn, sessions)
         verdicts: list[ServiceError | bool] = [False] * len(groups)
         answers = iter(replies)
         hits = misses = 0
