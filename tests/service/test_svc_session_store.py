@@ -228,9 +228,18 @@ async def test_a_write_between_validate_and_commit_loses_only_its_request(make_c
         assert r.json()["action"] == expected_w[2]
         return await commit(groups)
 
+    transact, exec_answers = sessions.remote.store.transact, []
+
+    async def transact_seen(*args, **kwargs):
+        written = await transact(*args, **kwargs)
+        exec_answers.append(written)
+        return written
+
     sessions.commit = commit_after_b_stepped_w
+    sessions.remote.store.transact = transact_seen
     w, v = await asyncio.gather(step(a, "lstm", "w", obs_w[2], 2), step(a, "lstm", "v", obs_v[2], 2))
     assert seen == [["v", "w"]]  # one batch held both
+    assert exec_answers == [False]  # its transaction was tried, and Redis refused it
     assert w.status_code == 409 and error_of(w)["code"] == "session_conflict"
     assert v.status_code == 200 and v.json()["action"] == expected_v[2]
     assert "rlserve_session_conflicts_total 1.0" in app_a.state.metrics.render().decode()
