@@ -27,6 +27,7 @@ class DropVelocity(gym.ObservationWrapper):
     """Keep only cart position and pole angle of a CartPole observation."""
 
     def __init__(self, env: gym.Env):
+        """Wrap a CartPole ``env``; the observation space keeps CartPole's bounds of the two entries."""
         super().__init__(env)
         box = env.observation_space
         assert isinstance(box, gym.spaces.Box)  # CartPole's observation space

@@ -44,6 +44,8 @@ class RLServeError(Exception):
     def __init__(self, message: str, *, status: int = 0, code: str | None = None,
                  field: str | None = None, expected: Any = None, received: Any = None,
                  retry_after: float | None = None):
+        """``message`` and the fields of the service's error body; ``status`` and ``code``
+        default to the class's."""
         super().__init__(message)
         self.message = message
         self.status = status or type(self).status

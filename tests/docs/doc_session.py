@@ -34,10 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doc_blocks import REPO, Block, runnable_blocks  # noqa: E402
-from output_match import mismatch  # noqa: E402
+from output_match import json_documents, mismatch  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
-BLOCK_TIMEOUT_S = 300.0
+BLOCK_TIMEOUT_S = 600.0  # a ceiling for a loaded machine: the slowest block (the README's scripts) takes ~1.5 min alone
 IGNORED = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".venv", "venv", ".mypy_cache", ".ruff_cache")
 
 
@@ -159,14 +159,12 @@ class Shell:
 
 
 def error_answer(stdout: str) -> str | None:
-    """The first line that is an rlserve error body (``{"error": ...}``), as a failure reason."""
+    """The first rlserve error body (``{"error": ...}``) among the JSON answers printed, as a
+    failure reason. Lines that are not JSON (a server's log, a banner) are skipped."""
     for line in stdout.splitlines():
-        try:
-            body = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(body, dict) and "error" in body:
-            return f"answered an error: {line[:500]}"
+        for body in json_documents(line) or []:
+            if isinstance(body, dict) and "error" in body:
+                return f"answered an error: {json.dumps(body)[:500]}"
     return None
 
 

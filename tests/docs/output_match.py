@@ -1,6 +1,6 @@
 """Does what a block printed match the ```output block the docs show under it?
 
-- JSON (the whole output, or one JSON document per line, as curl prints answers): compared
+- JSON (one or more JSON documents, as curl prints answers, one after the other): compared
   as data. Objects must have exactly the documented keys (a renamed field fails), lists the
   documented length, strings and booleans the documented value. A number matches to the
   precision it is written with: ``-0.6957`` accepts anything within one unit of its last
@@ -35,9 +35,9 @@ class _Literal(float):
 
 def mismatch(expected: str, actual: str) -> str | None:
     """None when ``actual`` matches ``expected``; else what differs, in a sentence."""
-    want_docs = _json_documents(expected, documented=True)
+    want_docs = json_documents(expected, documented=True)
     if want_docs is not None:
-        got_docs = _json_documents(actual, documented=False)
+        got_docs = json_documents(actual)
         if got_docs is None:
             return f"expected JSON, got: {actual[-500:]!r}"
         if len(got_docs) != len(want_docs):
@@ -57,20 +57,21 @@ def _tidy(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 
 
-def _json_documents(text: str, documented: bool) -> list[Any] | None:
-    """The JSON documents of ``text`` (the whole text, else one per non-blank line), or None."""
+def json_documents(text: str, documented: bool = False) -> list[Any] | None:
+    """The JSON documents ``text`` holds one after the other (curl prints answers without a
+    newline, so several may share a line), or None when it holds anything else."""
     hooks = {"parse_float": _Literal, "parse_int": int} if documented else {}
-    stripped = text.strip()
-    if not stripped:
-        return None
-    try:
-        return [json.loads(stripped, **hooks)]
-    except ValueError:
-        pass
-    try:
-        return [json.loads(line, **hooks) for line in stripped.splitlines() if line.strip()]
-    except ValueError:
-        return None
+    decoder = json.JSONDecoder(**hooks)  # type: ignore[arg-type]
+    documents, position, text = [], 0, text.strip()
+    while position < len(text):
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except ValueError:
+            return None
+        documents.append(document)
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return documents or None
 
 
 def _compare(want: Any, got: Any, path: str) -> str | None:

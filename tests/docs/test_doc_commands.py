@@ -29,7 +29,7 @@ from doc_namespace import run_isolated
 pytestmark = pytest.mark.e2e
 
 SESSION = Path(__file__).resolve().parent / "doc_session.py"
-PAGE_TIMEOUT_S = 900
+PAGE_TIMEOUT_S = 1800  # a ceiling, far above a page's usual minute or two
 
 # Blocks that fail because of behaviour issue 34's other half changes (start-up refusals,
 # the admin walkthrough, sessions.md's Redis commands); strict, so each entry must go once

@@ -40,8 +40,8 @@ def _block_with(page: Path, text: str, piece: str):
 
 @pytest.mark.e2e
 def test_a_renamed_route_or_flag_fails_its_block(tmp_path: Path) -> None:
-    """The README's first command and the act example pass as written, then fail once the
-    documented route or a documented flag is changed in a copy of the page."""
+    """The README's first command and the act example pass as written; in a copy of the page
+    with the act route and an export flag renamed, exactly those blocks fail, for that reason."""
     original = README.read_text()
     act = 'http://127.0.0.1:8000/v1/models/cartpole/act'
     assert original.count(act) >= 1
@@ -52,8 +52,8 @@ def test_a_renamed_route_or_flag_fails_its_block(tmp_path: Path) -> None:
     export = _block_with(README, original, "--out my-npz-policy")
     names = [serve.name, act_block.name, export.name]
 
-    as_written = _run_copy(tmp_path, README, original, names)
-    assert all(as_written[name]["passed"] for name in names), as_written
+    as_written = _run_copy(tmp_path, README, original, names[:2])  # the export as written: test_doc_commands
+    assert all(as_written[name]["passed"] for name in names[:2]), as_written
     broken = _run_copy(tmp_path, README, mutated, names)
     assert broken[serve.name]["passed"]
     assert not broken[act_block.name]["passed"] and "not_found" in broken[act_block.name]["why"]

@@ -44,9 +44,10 @@ def test_every_public_method_of_the_client_has_a_docstring() -> None:
 def test_help_shows_the_docstrings() -> None:
     sync, asynchronous = pydoc.render_doc(PolicyClient), pydoc.render_doc(AsyncPolicyClient)
     for method in ("act", "act_batch", "create_session", "start_episode", "get_action", "log_returns",
-                   "end_episode", "close"):
+                   "end_episode"):
         assert getattr(PolicyClient, method).__doc__, method
         assert getattr(AsyncPolicyClient, method).__doc__, method
+    assert PolicyClient.close.__doc__ and AsyncPolicyClient.aclose.__doc__
     assert "One observation in, one action out" in sync
     assert "Awaitable: one observation in, one action out" in asynchronous
     assert "max_retries" in sync  # the constructor's arguments are explained
