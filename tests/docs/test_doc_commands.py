@@ -31,16 +31,13 @@ pytestmark = pytest.mark.e2e
 SESSION = Path(__file__).resolve().parent / "doc_session.py"
 PAGE_TIMEOUT_S = 1800  # a ceiling, far above a page's usual minute or two
 
-# Blocks that fail because of behaviour issue 34's other half changes (start-up refusals,
-# the admin walkthrough, sessions.md's Redis commands); strict, so each entry must go once
-# that work has landed. Keyed by page and a piece of the block's text.
+# Blocks that fail because of behaviour that issue 34's other half changes (the admin
+# walkthrough); strict, so each entry must go once that work has landed. Keyed by page and
+# a piece of the block's text.
 PENDING_BEHAVIOUR: dict[tuple[str, str], str] = {
     ("README.md", '{"path": "my-policy"}'):
         "the admin walkthrough: serve --repository . lists my-policy.rlsb under failed_to_load and "
         "the load by path answers 409 (issue 34, behaviour half)",
-    ("docs/sessions.md", "unix:///run/redis/redis.sock"):
-        "sessions.md's Redis commands: the socket does not exist after its own redis-server --port 6379 "
-        "(issue 34, behaviour half)",
 }
 
 
