@@ -40,7 +40,7 @@ def test_a_marker_is_read_only_right_before_its_fence() -> None:
     """A not-run comment anywhere else would be ignored: refuse it rather than run the block."""
     for page in doc_pages():
         text = page.read_text()
-        markers = [m.start() for m in re.finditer(r"<!--\s*not-run:", text)]
+        markers = [m.start() for m in re.finditer(r"^[ \t]*<!--\s*not-run:", text, flags=re.M)]
         attached = {b.line for b in all_blocks(page) if b.not_run}
         lines = {text.count("\n", 0, start) + 2 for start in markers}
         assert lines == attached, f"{page.name}: not-run markers not on the line before a fence: {lines - attached}"
