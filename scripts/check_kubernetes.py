@@ -11,10 +11,10 @@
   be one of the model's attributes, every value of its declared type (the Kubernetes types
   inside, such as a container, are the kubernetes client's models), and the SDK's own
   constructors then check required fields and enumerations.
-- Across resources: selectors select the pod template's labels, a Service's named target
-  ports exist in the pods it selects, and the ConfigMaps, Secrets-by-volume,
-  PersistentVolumeClaims and autoscaling targets a workload names are rendered with it
-  (``cross_references``).
+- Across resources (``cross_references``): selectors (workload, Service, disruption budget)
+  select a pod template, a Service's target ports exist in the pods it selects, every
+  mounted volume is declared, and the ConfigMaps, PersistentVolumeClaims and autoscaling
+  targets that resources name are rendered with them.
 
 Prints one line per kustomization and exits 1 on the first one with a problem, listing
 its problems. ``--rendered FILE`` validates already rendered resources instead.
@@ -237,7 +237,7 @@ def cross_references(docs: list[Doc]) -> list[str]:
             found += [f"{_ref(doc)}: {why}" for why in _workload_references(doc, pod, names)]
         if doc["kind"] == "Service":
             found += [f"{_ref(doc)}: {why}" for why in _service_references(doc, docs)]
-        if doc["kind"] in ("HorizontalPodAutoscaler",):
+        if doc["kind"] == "HorizontalPodAutoscaler":
             target = doc["spec"]["scaleTargetRef"]
             if (target["kind"], target["name"]) not in names:
                 found.append(f"{_ref(doc)}: scales {target['kind']}/{target['name']}, which is not rendered")
@@ -247,7 +247,7 @@ def cross_references(docs: list[Doc]) -> list[str]:
 
 
 def pod_template(doc: Doc) -> Doc | None:
-    """The pod template (metadata and spec) of a Deployment or StatefulSet, else None."""
+    """The pod template (metadata and spec) of a Deployment, StatefulSet or DaemonSet, else None."""
     if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
         return doc["spec"]["template"]
     return None
