@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
     metrics.watch_sessions(registry.session_counts)
+    metrics.watch_queues(registry.queued_rows)
     service = ActService(registry, metrics)
     infer_service = InferService(service)
 
