@@ -9,8 +9,8 @@ Conventions (docs/README-style pages follow them; ``test_doc_blocks.py`` enforce
 - ``<!-- not-run: KEY -->`` on the line before a runnable block's fence exempts it;
   ``KEY`` must be one of ``NOT_RUN`` below, the one place where every exemption's reason
   is written.
-- Every other fence names what it holds: ``json`` (a payload), ``text`` (a diagram, a
-  synopsis, a layout). A fence without a language is an error: a command nobody runs.
+- Every other fence names what it holds: ``json`` (a payload), ``yaml`` (a configuration
+  file), ``text`` (a diagram, a synopsis, a layout). A fence without a language is an error: a command nobody runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 RUNNABLE = ("bash", "python")
-DESCRIPTIVE = ("json", "text", "output")
+DESCRIPTIVE = ("json", "yaml", "text", "output")
 
 # Why a runnable block is not run. Short on purpose: each entry is a kind of block the test
 # machine cannot run, not a block that happens to fail.
@@ -33,6 +33,7 @@ NOT_RUN: dict[str, str] = {
     "training": "trains policies for minutes (the README runs the --evaluate half)",
     "test-suite": "runs (part of) the test suite this runner belongs to; .ci/run runs it",
     "ray": "needs a separate environment with ray installed (RLlib's own recording scripts)",
+    "kubernetes": "needs a Kubernetes cluster (the manifests are rendered and validated without one)",
 }
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
