@@ -18,7 +18,7 @@ __RL_SERVER_PID=""
 __RL_SERVE_N=0
 
 rlserve() {
-  if [ "${1-}" = serve ]; then
+  if [ "${1-}" = serve ] && [[ " $* " != *" --help "* && " $* " != *" -h "* ]]; then
     __rl_serve "$@"
   else
     command rlserve "$@"
