@@ -1,6 +1,6 @@
 """docs/kubernetes.md's commands that need no cluster run as written, from the repository root.
 
-A fenced block right after ``<!-- not-run: needs a Kubernetes cluster -->`` is not run (it
+A fenced block right after ``<!-- not-run: kubernetes -->`` is not run (it
 applies to a cluster); every other ``bash`` block is, with this interpreter's environment
 first on PATH (its ``python`` and the test extra's ``kubectl``). The overlay the page tells
 users to write (its ``yaml`` block) is rendered and validated beside the repository's
@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "kubernetes.md"
-NOT_RUN = "<!-- not-run: needs a Kubernetes cluster -->"
+NOT_RUN = "<!-- not-run: kubernetes -->"
 sys.path.insert(0, str(REPO / "scripts"))
 
 from check_kubernetes import kustomizations, problems, render  # noqa: E402
