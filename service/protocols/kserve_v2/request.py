@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import msgspec
 
 from rlserve.service.act.wire import MAX_SEED
-from rlserve.service.errors import BadRequest
+from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
 
 MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
@@ -94,7 +94,7 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
         return options
     unknown = sorted(set(parameters) - set(KNOWN_PARAMETERS))
     if unknown:
-        raise BadRequest(f"unknown request parameter(s) {unknown}", field=f"parameters.{unknown[0]}",
+        raise BadRequest(f"unknown request parameter(s) {quoted(unknown)}", field=f"parameters.{unknown[0]}",
                          expected=list(KNOWN_PARAMETERS), received=unknown)
     if "explore" in parameters:
         options.explore = _flag(parameters, "explore")
