@@ -83,12 +83,14 @@ class ServiceError(Exception):
         # Every part is made encodable: an error must never fail to be reported (a received
         # inf, a lone surrogate or a 5000-digit integer would make the JSON encoder raise),
         # and small: a client's long text is described by its length (``MAX_ECHO``).
+        longs = _long_strings((self.field, self.received), [])  # the client's, quoted whole
+        expected = _Describe(_EXPECTED.items, lambda text: bounded(_strip(text, longs)))
         return {
             "error": {
                 "code": self.code,
-                "message": _text(bounded(self.message)),
+                "message": _text(bounded(_strip(self.message, longs))),
                 "field": None if self.field is None else _text(bounded(self.field, MAX_ECHO)),
-                "expected": _jsonable(self.expected, _EXPECTED),
+                "expected": _jsonable(self.expected, expected),
                 "received": _jsonable(self.received, _RECEIVED),
             }
         }
@@ -142,6 +144,37 @@ def _jsonable(value: Any, describe: _Describe, depth: int = 0) -> Any:
     if depth < _MAX_DEPTH and isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {_key(k, i): _jsonable(v, describe, depth + 1) for i, (k, v) in enumerate(value.items())}
     return _text(quoted(value))
+
+
+def _long_strings(value: Any, found: list[str], depth: int = 0) -> list[str]:
+    """The strings longer than ``MAX_ECHO`` in ``value`` (keys too; a few levels deep)."""
+    if isinstance(value, str):
+        if len(value) > MAX_ECHO:
+            found.append(value)
+    elif depth < 3 and isinstance(value, list | tuple):
+        for item in value[:_RECEIVED.items]:
+            _long_strings(item, found, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for key, item in list(value.items())[:_RECEIVED.items]:
+            _long_strings(key, found, depth + 1)
+            _long_strings(item, found, depth + 1)
+    return found
+
+
+def without(message: str, values: Any) -> str:
+    """``message`` with each long client string of ``values`` (an error's field and what it
+    received, a log line's arguments) replaced by its length: a library's message
+    (msgspec's, pydantic's, a distribution's) quotes the value whole."""
+    return _strip(message, _long_strings(values, [])) if len(message) > MAX_ECHO else message
+
+
+def _strip(message: str, longs: list[str]) -> str:
+    for value in longs:
+        if len(message) <= MAX_ECHO:
+            break
+        described = f"<{len(value)} characters>"
+        message = message.replace(repr(value), described).replace(value, described)
+    return message
 
 
 def _key(key: str, index: int) -> str:
@@ -302,9 +335,11 @@ class BoundedLogLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if len(message) > MAX_ECHO:
-            record.msg, record.args = bounded(message), None
+            record.msg, record.args = bounded(without(message, record.args)), None
         if record.exc_info and not record.exc_text:
-            record.exc_text = bounded(logging.Formatter().formatException(record.exc_info), MAX_TRACEBACK)
+            error = record.exc_info[1]
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = bounded(without(text, error.args if error is not None else ()), MAX_TRACEBACK)
         return True
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from rlserve.service.act.binary import ObservationBlock, decode_block
-from rlserve.service.errors import BadRequest, InvalidJSON, quoted, summarize_received
+from rlserve.service.errors import BadRequest, InvalidJSON, quoted, summarize_received, without
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import check_rows
 
@@ -188,8 +188,8 @@ class _Number(str):
 
 def refusal(message: str, body: bytes) -> BadRequest:
     """The 400 for a msgspec validation error, naming the field, expected and received."""
-    if message.startswith("Object contains unknown field `"):
-        name = message.split("`", 2)[1]
+    name = unknown_field(message)
+    if name is not None:
         what = f"invalid request: unknown field {quoted(name)}"  # msgspec's message quotes it whole
         if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
             return BadRequest(f"{what} in 'observations'", field="observations",
@@ -207,8 +207,18 @@ def refusal(message: str, body: bytes) -> BadRequest:
     field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
     got = re.search(r", got `([^`]*)`", what)
     received = _received(value) if value is not _NO_VALUE else (got[1] if got else what)
+    what = without(what, value)  # msgspec quotes an invalid enum value whole
     return BadRequest(f"invalid request: {what} - at {field}", field=field,
                       expected=_expected(what, segments), received=received)
+
+
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`(?: - at `\$[^`]*`)?$", re.S)
+
+
+def unknown_field(message: str) -> str | None:
+    """The name in msgspec's "Object contains unknown field `...`" (backticks and all)."""
+    match = _UNKNOWN.match(message)
+    return None if match is None else match["name"]
 
 
 def _expected(what: str, segments: list[Any]) -> Any:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from rlserve.service.act.wire import MAX_SEED
+from rlserve.service.act.wire import MAX_SEED, unknown_field
 from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
 
@@ -76,6 +76,11 @@ def decode_failure(exc: msgspec.ValidationError) -> BadRequest:
     text = str(exc)
     where = text.rsplit(" - at `$", 1)
     field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
+    name = unknown_field(text)
+    if name is not None:  # the message quotes the name whole: say it as the received value
+        inside = f" in {field}" if field else ""
+        return BadRequest(f"invalid inference request: unknown field {quoted(name)}{inside}", field=field,
+                          expected="the Open Inference Protocol's $inference_request", received=name)
     return BadRequest(f"invalid inference request: {text}", field=field,
                       expected="the Open Inference Protocol's $inference_request", received=where[0])
 
