@@ -64,10 +64,11 @@ def check_rows(rows: int, max_rows: int, field: str) -> None:
 
 
 def check_shape(shape: Any, expect: Expect, fields: Fields, *, itemsize: int | None = None,
-                nbytes: int | None = None, error: type[ServiceError] = InvalidInput) -> int:
-    """The element count of ``shape`` once it passed the rule above; ``nbytes`` (the bytes
-    that came) is compared when given, with ``itemsize`` bytes per element. Raises
-    ``error`` (or 413 for too many rows) naming the field."""
+                nbytes: int | None = None, elements: int | None = None,
+                error: type[ServiceError] = InvalidInput) -> int:
+    """The element count of ``shape`` once it passed the rule above. What came is compared
+    when given: ``nbytes`` bytes of ``itemsize`` each, or ``elements`` values (inline JSON
+    data). Raises ``error`` (or 413 for too many rows) naming the field."""
     dims = _dims(shape, fields, error)
     row = dims[1:]
     where = fields.where or fields.shape
@@ -86,6 +87,9 @@ def check_shape(shape: Any, expect: Expect, fields: Fields, *, itemsize: int | N
             raise error(f"{fields.where or fields.data}: {nbytes} bytes do not hold shape {list(dims)} of "
                         f"{itemsize}-byte elements ({count * itemsize} bytes)", field=fields.data,
                         expected=f"{count * itemsize} bytes", received=f"{nbytes} bytes")
+    if elements is not None and count != elements:
+        raise error(f"{fields.where or fields.data}: {elements} elements came, but shape {list(dims)} needs "
+                    f"{count}", field=fields.data, expected=count, received=elements)
     # Last: past the checks above the rows are really there (the body holds them).
     check_rows(dims[0], expect.max_rows, fields.shape)
     return count

@@ -64,9 +64,7 @@ def read_input(inp: InferRequestInput, binary: memoryview, offset: int, expect: 
                          expected=sorted(DATATYPES), received=inp.datatype)
     size = inp.parameters.get("binary_data_size") if inp.parameters else None
     if size is None:
-        count = check_shape(inp.shape, expect, Fields(f"{inp.name}.shape", f"{inp.name}.data", where),
-                            error=BadRequest)
-        return _inline(inp, dtype, count), offset
+        return _inline(inp, dtype, expect), offset
     if type(size) is not int or size < 0:
         raise BadRequest(f"{where}: binary_data_size must be a non-negative integer",
                          field=f"{inp.name}.parameters.binary_data_size", expected="an integer >= 0", received=size)
@@ -85,8 +83,9 @@ def read_input(inp: InferRequestInput, binary: memoryview, offset: int, expect: 
     return np.frombuffer(binary, dtype=dtype, count=count, offset=offset).reshape(inp.shape), end
 
 
-def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
-    """Inline ``data`` (held by the body: its size is the body's) with ``count`` elements."""
+def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarray:
+    """Inline ``data`` (held by the body: its size is the body's), then its declared shape
+    against ``expect`` and the values that came, before it is reshaped."""
     where = _describe(inp)
     data = inp.data
     if data is msgspec.UNSET:
@@ -104,9 +103,8 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
         got = "ragged arrays" if arr is None or arr.dtype == object else f"elements of dtype {arr.dtype.name}"
         raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; got {got}",
                          field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
-    if arr.size != count:
-        raise BadRequest(f"{where}: 'data' has {arr.size} elements, but shape {inp.shape} needs {count}",
-                         field=f"{inp.name}.data", expected=count, received=arr.size)
+    check_shape(inp.shape, expect, Fields(f"{inp.name}.shape", f"{inp.name}.data", where),
+                elements=arr.size, error=BadRequest)
     if dtype.kind in "iu" and arr.size:
         info = np.iinfo(dtype)
         low, high = arr.min(), arr.max()
