@@ -89,7 +89,7 @@ class ServiceError(Exception):
             "error": {
                 "code": self.code,
                 "message": _text(bounded(_strip(self.message, longs))),
-                "field": None if self.field is None else _text(bounded(self.field, MAX_ECHO)),
+                "field": None if self.field is None else _text(bounded(_strip(self.field, longs), MAX_ECHO)),
                 "expected": _jsonable(self.expected, expected),
                 "received": _jsonable(self.received, _RECEIVED),
             }

@@ -9,11 +9,13 @@ per row, in proportion to the claim), so ``check_shape`` holds every claim to on
 
 - every dimension is a non-negative integer, and products are Python integers (no
   overflow, whatever was declared);
-- the rows (the first dimension) are 1..``max_rows`` (``RLSERVE_MAX_ROWS``);
 - a row has the model's shape where the model is known at that point; where it is not
   yet (a JSON block, whose sessions choose the version), no dimension may be 0: a
   zero-width shape holds nothing and would let every other dimension be anything;
-- the element count times the item size is the number of bytes that came.
+- the element count times the item size is the number of bytes that came (or the
+  element count is the number of values, for inline JSON data);
+- last, the rows (the first dimension) are 1..``max_rows`` (``RLSERVE_MAX_ROWS``): past
+  the checks above, the body really holds them, and the refusal is a 413.
 
 Each refusal names the field, what was expected and what was received. ``check_rows`` is
 the row limit alone, for the forms whose rows are a list the body holds.
