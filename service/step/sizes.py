@@ -41,10 +41,14 @@ class Expect:
 
     max_rows: int
     rows: tuple[Shape, ...] | None = None  # None: the model is not known here yet
+    batch: str | int = "B"  # how the batch dimension is written (the Open Inference Protocol's -1)
+
+    def shapes(self) -> list[list[str | int]]:
+        assert self.rows is not None
+        return [[self.batch, *row] for row in self.rows]
 
     def row_text(self) -> str:
-        assert self.rows is not None
-        return " or ".join(f"[B{''.join(f', {d}' for d in row)}]" for row in self.rows)
+        return " or ".join(f"[{', '.join(map(str, shape))}]" for shape in self.shapes())
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +80,9 @@ def check_shape(shape: Any, expect: Expect, fields: Fields, *, itemsize: int | N
     where = fields.where or fields.shape
     if expect.rows is not None:
         if row not in expect.rows:
+            shapes = expect.shapes()
             raise error(f"{where}: shape {list(dims)} does not fit the model's {expect.row_text()}",
-                        field=fields.shape, expected=expect.row_text(), received=list(dims))
+                        field=fields.shape, expected=shapes[0] if len(shapes) == 1 else shapes, received=list(dims))
     elif 0 in row:
         raise error(f"{where}: shape {list(dims)} has a dimension of 0 (it holds no observation)",
                     field=fields.shape, expected="[B, *observation_shape] with every dimension >= 1",

@@ -198,7 +198,8 @@ def _read_inputs(req: InferRequest, data: InputData, layout: Layout,
             raise BadRequest(f"input '{inp.name}' is given twice", field=inp.name, expected="each input once",
                              received=inp.name)
         spec = known[2]
-        arr = data.read(inp, Expect(max_rows, (spec.shape, (1,)) if not spec.shape else (spec.shape,)))
+        rows = (spec.shape, (1,)) if not spec.shape else (spec.shape,)  # a scalar per row: [B] or [B, 1]
+        arr = data.read(inp, Expect(max_rows, rows, batch=-1))
         if not spec.shape and arr.shape[1:] == (1,):
             arr = arr.reshape(arr.shape[0])  # [B, 1] for a scalar per row
         if batch is None:

@@ -78,7 +78,7 @@ def read_input(inp: InferRequestInput, binary: memoryview, offset: int, expect: 
             "bytes follow it (check Inference-Header-Content-Length)",
             field=f"{inp.name}.parameters.binary_data_size", expected=f"{end} bytes of binary data",
             received=f"{len(binary)} bytes")
-    fields = Fields(f"{inp.name}.shape", f"{inp.name}.parameters.binary_data_size", f"{where} (binary_data_size)")
+    fields = Fields(f"{inp.name}.shape", f"{inp.name}.parameters.binary_data_size", where)
     count = check_shape(inp.shape, expect, fields, itemsize=dtype.itemsize, nbytes=size, error=BadRequest)
     return np.frombuffer(binary, dtype=dtype, count=count, offset=offset).reshape(inp.shape), end
 
