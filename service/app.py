@@ -24,12 +24,14 @@ from rlserve.service.api import act, admin, bodies, docs_page, health, inference
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
+    MAX_ECHO,
     BadRequest,
     InternalError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     ServiceError,
+    bounded,
     error_reply,
 )
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
@@ -189,10 +191,11 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        path = bounded(request.url.path, MAX_ECHO)  # a client's; a long one by its length
         if exc.status_code == 404:
-            return respond(request, NotFound(f"no route {request.method} {request.url.path}"))
+            return respond(request, NotFound(f"no route {request.method} {path}"))
         if exc.status_code == 405:
-            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
+            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {path}",
                                                      headers={"Allow": _allowed_methods(request)}))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
             return respond(request, BadRequest(f"bad request: {exc.detail}"))
@@ -204,7 +207,7 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, bounded(request.url.path, MAX_ECHO))
         return respond(request, InternalError(f"internal error: {type(exc).__name__}"))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rlserve.service.errors import bound_log_lines
 from rlserve.service.settings import Settings, UnknownSetting
 
 # The exit status of a start that was refused: invalid settings, or a --checkpoint that does
@@ -74,6 +75,7 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 def _configure_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    bound_log_lines()  # a client's long string is logged by its length, as in error bodies
 
 
 def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
@@ -103,6 +105,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
         http = act_protocol_class(app.raw_act) or "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, workers=1, lifespan="on", http=http)
+    bound_log_lines("uvicorn", "uvicorn.error", "uvicorn.access")  # the handlers uvicorn.Config installed
     server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s)
     if sockets is None:
         server.run()

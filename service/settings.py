@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # Rows one request may carry, in any form (JSON list, binary block, Open Inference
+    # Protocol tensors): a declared shape is held to it before anything is allocated.
+    max_rows: int = Field(65536, ge=1)
     # The most bytes one .rlsb archive (uploaded or in the repository) may unpack to.
     max_unpacked_bytes: int = Field(MAX_UNPACKED_BYTES, ge=1)
     fast_act_path: bool = True  # serve /act through the raw ASGI handler

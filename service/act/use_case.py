@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from gymnasium import spaces as gs
 
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
@@ -41,6 +42,7 @@ from rlserve.service.errors import (
     ServiceError,
     SessionConflict,
     as_service_error,
+    quoted,
 )
 from rlserve.service.serving.batcher import BatchInfo, Job
 from rlserve.service.serving.metrics import Metrics
@@ -52,6 +54,7 @@ from rlserve.service.step import codec
 from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
+from rlserve.service.step.sizes import Expect
 
 log = logging.getLogger("rlserve.act")
 _ENCODER = msgspec.json.Encoder()
@@ -112,13 +115,14 @@ class ActService:
     def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
         self.registry = registry
         self.metrics = metrics
+        self.max_rows = registry.settings.max_rows  # rows one request may carry, whatever its form
         self._loading: set[asyncio.Task] = set()  # *_nowait requests waiting for the store
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
         """Body bytes -> response bytes; raises a ``ServiceError`` for the client."""
         started = time.perf_counter()
         req = decode_request(body)
-        rows = to_rows(req)
+        rows = to_rows(req, self.max_rows)
 
         def accept() -> Accepted:
             return self._accept(name, version, rows, req, started)
@@ -136,7 +140,7 @@ class ActService:
         called on the event loop. For callers that own the connection (the act protocol)."""
         started = time.perf_counter()
         req = decode_request(body)
-        rows = to_rows(req)
+        rows = to_rows(req, self.max_rows)
 
         def accept() -> tuple[Accepted, Encode]:
             return self._accept(name, version, rows, req, started), self._finish
@@ -149,6 +153,14 @@ class ActService:
         self.submit_nowait(accepted, self._finish, reply)
 
     # ------------------------------------------------------------------ other wire formats
+
+    def block_expect(self, name: str, version: str | None) -> Expect:
+        """What a block of rows sent without sessions must declare (``sizes``): the row
+        limit and the observation shape of the version that will take it (any Box row
+        when the observation space is no Box: the preparer refuses the block then)."""
+        space = self.registry.entry(name).policy(version).pipeline.obs_space
+        rows = (tuple(space.shape),) if isinstance(space, gs.Box) else None
+        return Expect(self.max_rows, rows)
 
     def accept_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
                     extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
@@ -281,7 +293,7 @@ class ActService:
             try:
                 validate_session_id(session_id)
                 if session_id in seen:
-                    raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
+                    raise BadRequest(f"{field}: session {quoted(session_id)} appears twice in one request",
                                      field=field, expected="each session at most once per request",
                                      received=session_id)
                 seen.add(session_id)
@@ -296,7 +308,7 @@ class ActService:
                 raise
             if bound is not None and policy is not bound:
                 raise SessionConflict(
-                    f"{field}: sessions of one request must share a model version; {session_id!r} is on "
+                    f"{field}: sessions of one request must share a model version; {quoted(session_id)} is on "
                     f"{policy.version!r}, others on {bound.version!r}",
                     field=field, expected=bound.version, received=policy.version)
             bound = policy

@@ -19,7 +19,7 @@ from rlserve.models.export.bundle import (
 )
 from rlserve.models.export.errors import ArchiveLimitError
 from rlserve.models.interface import ModelSignature
-from rlserve.service.errors import BundleInvalid
+from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving.batcher import Batcher
 from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
 from rlserve.service.serving.metrics import Metrics
@@ -46,7 +46,7 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     worker thread when the event loop is serving.
     """
     manifest = bundle.manifest
-    what = f"bundle {manifest.name!r} version {manifest.version!r}"
+    what = f"bundle {quoted(manifest.name)} version {quoted(manifest.version)}"
     shown = what if shown is None else shown
     try:
         kind = choose_kind(list(manifest.runtimes), settings.runtime)
@@ -113,7 +113,7 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
     most ``settings.max_unpacked_bytes``; if the policy cannot be built, it is deleted at once.
     """
     shown = path.name if shown is None else shown
-    label = f"bundle {shown!r}" if label is None else label
+    label = f"bundle {quoted(shown)}" if label is None else label
     if is_checkpoint(path):
         bundle = bundle_from_checkpoint(path, name)
         try:

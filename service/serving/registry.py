@@ -26,6 +26,7 @@ from rlserve.service.errors import (
     SessionExpired,
     SessionNotFound,
     VersionConflict,
+    quoted,
 )
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
@@ -60,7 +61,7 @@ class ModelEntry:
         policy = self.versions.get(key)
         if policy is None:
             raise ModelNotFound(
-                f"model {self.name!r} has no version {version!r}; loaded: {list(self.versions)}",
+                f"model {self.name!r} has no version {quoted(version)}; loaded: {list(self.versions)}",
                 field="version", expected=list(self.versions), received=version,
             )
         return policy
@@ -79,11 +80,11 @@ class ModelEntry:
             if error is not None:
                 raise error
         if session_id in self.gone:
-            raise SessionExpired(f"session {session_id!r} is gone ({self.gone[session_id]})",
+            raise SessionExpired(f"session {quoted(session_id)} is gone ({self.gone[session_id]})",
                                  field="session_id", received=session_id)
         raise SessionNotFound(
-            f"unknown session {session_id!r} for model {self.name!r}: create it (POST /v1/models/{self.name}/sessions) "
-            "or send episode_start=true",
+            f"unknown session {quoted(session_id)} for model {self.name!r}: create it "
+            f"(POST /v1/models/{self.name}/sessions) or send episode_start=true",
             field="session_id", received=session_id,
         )
 
@@ -148,7 +149,7 @@ class ModelEntry:
             error: ServiceError | None = None
             if data is None:
                 if tomb is not None:
-                    error = SessionExpired(f"session {session_id!r} is gone ({tomb}); start a new episode",
+                    error = SessionExpired(f"session {quoted(session_id)} is gone ({tomb}); start a new episode",
                                            field="session_id", received=session_id)
             else:
                 misses += 1
@@ -165,18 +166,20 @@ class ModelEntry:
         try:
             version = record_version(data)
         except RecordError as exc:
-            return InternalError(f"session {session_id!r} in the store is unreadable: {exc}",
+            return InternalError(f"session {quoted(session_id)} in the store is unreadable: {exc}",
                                  field="session_id", received=session_id)
         policy = self.versions.get(version)
         if policy is None:
-            return NotReady(f"session {session_id!r} is bound to version {version!r} of model {self.name!r}, "
+            return NotReady(f"session {quoted(session_id)} is bound to version {quoted(version)} of model "
+                            f"{self.name!r}, "
                             f"which this replica has not loaded (loaded: {list(self.versions)}); retry later",
                             field="session_id", expected=version, received=list(self.versions),
                             headers={"Retry-After": "1"})
         try:
             policy.sessions.adopt(session_id, data)
         except RecordError as exc:
-            return InternalError(f"session {session_id!r} in the store does not fit version {version!r}: {exc}",
+            return InternalError(f"session {quoted(session_id)} in the store does not fit version "
+                                 f"{quoted(version)}: {exc}",
                                  field="session_id", received=session_id)
         return None
 
@@ -190,7 +193,7 @@ class ModelEntry:
     def check_pinned(self, session_policy: Policy, version: str | None, session_id: str) -> None:
         if version is not None and session_policy.version != version:
             raise SessionConflict(
-                f"session {session_id!r} is bound to version {session_policy.version!r}, not {version!r}",
+                f"session {quoted(session_id)} is bound to version {session_policy.version!r}, not {quoted(version)}",
                 field="session_id", expected=session_policy.version, received=version,
             )
 
@@ -214,7 +217,7 @@ class ModelRegistry:
     def entry(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
-            raise ModelNotFound(f"no model named {name!r}; loaded: {sorted(self.entries)}",
+            raise ModelNotFound(f"no model named {quoted(name)}; loaded: {sorted(self.entries)}",
                                 field="model", expected=sorted(self.entries), received=name)
         return entry
 

@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from rlserve.service.errors import ServiceError, StoreUnavailable
+from rlserve.service.errors import ServiceError, StoreUnavailable, quoted
 from rlserve.service.sessions.record import SessionLayout, SessionRecord
 from rlserve.service.sessions.store import Session
 
@@ -37,7 +37,7 @@ class SessionMiss(Exception):
 
     def __init__(self, session_ids: list[str], load: Callable[[], Awaitable[None]],
                  settle: Callable[[], None]):
-        super().__init__(f"sessions not held here: {session_ids!r}")
+        super().__init__(f"sessions not held here: {quoted(session_ids)}")
         self.session_ids = session_ids
         self.load = load
         self.settle = settle
@@ -60,7 +60,7 @@ async def after_loading(miss: SessionMiss, attempt: Callable[[], T]) -> T:
             miss = again
         finally:
             current.settle()
-    raise StoreUnavailable(f"sessions {miss.session_ids!r} could not be held here (the session cache is full of "
+    raise StoreUnavailable(f"sessions {quoted(miss.session_ids)} could not be held here (the session cache is full of "
                            "requests in flight); retry later", headers={"Retry-After": "1"})
 
 

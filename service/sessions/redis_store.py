@@ -52,6 +52,7 @@ from rlserve.service.errors import (
     SessionConflict,
     SessionExpired,
     StoreUnavailable,
+    quoted,
 )
 from rlserve.service.sessions.record import (
     RecordError,
@@ -62,6 +63,7 @@ from rlserve.service.sessions.record import (
 from rlserve.service.sessions.store import Session, SessionStore
 
 log = logging.getLogger("rlserve.sessions.redis")
+FAILURE_LOG_S = 10.0  # a store that stays down is logged this often, not once per request
 
 # Both scripts take their small per-session values packed into one argument each
 # (fixed-width fields read with string.sub and struct.unpack) rather than one argument per
@@ -237,6 +239,7 @@ class RedisSessions:
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scripts: dict[str, Any] = {}
+        self._failures, self._failure_logged = 0, -FAILURE_LOG_S
 
     def client(self) -> Any:
         """The client of the running event loop (a redis.asyncio client belongs to one loop)."""
@@ -272,13 +275,25 @@ class RedisSessions:
         try:
             return await fn(self.client())
         except (self._redis.exceptions.RedisError, OSError) as exc:
+            self._log_failure(exc)
+            # The client learns what happened, not where: the store's address and the
+            # library's message (which names it) are the log's.
             raise StoreUnavailable(
-                f"the session store {redacted(self.url)} did not answer ({type(exc).__name__}: {exc}); "
-                "nothing was changed by this request unless it says otherwise; retry later",
-                headers={"Retry-After": "1"}) from exc
+                f"the session store did not answer ({type(exc).__name__}); nothing was changed by this request "
+                "unless it says otherwise; retry later", headers={"Retry-After": "1"}) from exc
         finally:
             if self.observer is not None and op is not None:
                 self.observer.store_call(op, time.perf_counter() - started)
+
+    def _log_failure(self, exc: BaseException) -> None:
+        """Log a failed call with the store's address (at most every ``FAILURE_LOG_S``,
+        with the count since: a store that is down fails every request)."""
+        self._failures += 1
+        now = time.monotonic()
+        if now - self._failure_logged >= FAILURE_LOG_S:
+            log.warning("the session store %s did not answer (%d failed calls since the last report): %s: %s",
+                        redacted(self.url), self._failures, type(exc).__name__, exc)
+            self._failure_logged, self._failures = now, 0
 
     async def script(self, name: str, keys: Sequence[bytes], args: Sequence[Any], op: str) -> Any:
         async def run(client: Any) -> Any:
@@ -840,7 +855,7 @@ class CachedSessionStore(SessionStore):
 
 def _conflict(group: list[Session]) -> SessionConflict:
     ids = [s.id for s in group]
-    named = repr(ids[0]) if len(ids) == 1 else f"one of {ids!r}"
+    named = quoted(ids[0]) if len(ids) == 1 else f"one of {quoted(ids)}"
     return SessionConflict(
         f"session {named} was changed elsewhere (another replica or worker stepped, ended or replaced it) "
         "while this step ran; this step was not applied and the copy held here was dropped: retry it",
