@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from rlserve.service.access_log import note_rows
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
 from rlserve.service.errors import (
@@ -232,6 +233,7 @@ class ActService:
                                        epsilon=options.epsilon)
         if options.step is not None:
             step.keep_answer, step.expect_steps = True, expect_steps
+        note_rows(step.rows)  # the access log's line of this request (when it is on)
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
