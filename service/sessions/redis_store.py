@@ -213,6 +213,9 @@ class StoreObserver(Protocol):
     def session_conflicts(self, count: int) -> None: ...
 
 
+FAILURE_LOG_INTERVAL_S = 1.0  # a store that is down fails every request: one log line a second says so
+
+
 def redacted(url: str) -> str:
     """``url`` without its password, for messages and logs."""
     parts = urllib.parse.urlsplit(url)
@@ -237,6 +240,7 @@ class RedisSessions:
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scripts: dict[str, Any] = {}
+        self._logged_at = -FAILURE_LOG_INTERVAL_S
 
     def client(self) -> Any:
         """The client of the running event loop (a redis.asyncio client belongs to one loop)."""
@@ -265,6 +269,12 @@ class RedisSessions:
     def for_model(self, model: str) -> ModelSessions:
         return ModelSessions(self, model)
 
+    def _log_failure(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._logged_at >= FAILURE_LOG_INTERVAL_S:
+            self._logged_at = now
+            log.warning("the session store %s did not answer: %s: %s", redacted(self.url), type(exc).__name__, exc)
+
     async def call(self, op: str | None, fn: Any, earlier_s: float = 0.0) -> Any:
         """Run ``fn(client)`` (one round trip), timed as ``op`` (plus ``earlier_s`` spent on
         it before; None: not timed), with store failures as 503."""
@@ -272,10 +282,11 @@ class RedisSessions:
         try:
             return await fn(self.client())
         except (self._redis.exceptions.RedisError, OSError) as exc:
+            # The client's answer names no server-side address; the log has it (once a second at most).
+            self._log_failure(exc)
             raise StoreUnavailable(
-                f"the session store {redacted(self.url)} did not answer ({type(exc).__name__}: {exc}); "
-                "nothing was changed by this request unless it says otherwise; retry later",
-                headers={"Retry-After": "1"}) from exc
+                f"the session store did not answer ({type(exc).__name__}); nothing was changed by this request "
+                "unless it says otherwise; retry later", headers={"Retry-After": "1"}) from exc
         finally:
             if self.observer is not None and op is not None:
                 self.observer.store_call(op, time.perf_counter() - started)
