@@ -150,8 +150,8 @@ def access_asgi(app: Any, log: AccessLog) -> Any:
 def _route_of(scope: dict[str, Any], note: AccessNote) -> str:
     if note.match is not None:  # a fast route of the raw handler
         return template(scope["path"], note.match)
-    route = scope.get("route")
-    return getattr(route, "path", None) or "(no route)"
+    route = scope.get("route")  # FastAPI's matched route; path_format drops converters (":path")
+    return getattr(route, "path_format", None) or getattr(route, "path", None) or "(no route)"
 
 
 def _model_of(scope: dict[str, Any], note: AccessNote) -> str | None:

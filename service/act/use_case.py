@@ -223,6 +223,7 @@ class ActService:
         """Everything before the batch: resolve, validate, bind sessions, build the job.
         Raises before any session changed if the request is refused. ``options`` is the
         JSON request itself (no copy on the hot path) or another format's ``_Options``."""
+        note_rows(len(rows))  # the access log's line of this request, refused or not (when it is on)
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
@@ -233,7 +234,6 @@ class ActService:
                                        epsilon=options.epsilon)
         if options.step is not None:
             step.keep_answer, step.expect_steps = True, expect_steps
-        note_rows(step.rows)  # the access log's line of this request (when it is on)
         policy.batcher.check_capacity(step.rows)  # before sessions change
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
