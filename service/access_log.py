@@ -61,9 +61,11 @@ class AccessLog:
         self.refused_only = mode == "refused"
         self.json = fmt == "json"
         self.logger = logging.getLogger("rlserve.access")
-        if mode != "off" and not self.logger.handlers:
+        if mode != "off":
             handler = logging.StreamHandler(stream or sys.stderr)
             handler.setFormatter(logging.Formatter("%(message)s" if self.json else "%(asctime)s ACCESS %(message)s"))
+            for old in self.logger.handlers[:]:  # an earlier app of this process (tests): the last one's format
+                self.logger.removeHandler(old)
             self.logger.addHandler(handler)
             self.logger.setLevel(logging.INFO)
             self.logger.propagate = False  # its own handler; the log level does not silence it

@@ -63,7 +63,7 @@ def non_finite_token(message: str, body: bytes) -> str | None:
     if at is None:
         return None
     start = int(at[1])
-    for offset in (start, start - 1):  # a sign may be where it stopped
+    for offset in (start - 1, start):  # the sign before where it stopped, if any
         match = _CONSTANT.match(body, max(offset, 0))
         if match is not None:
             return match[0].decode()
