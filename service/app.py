@@ -87,7 +87,8 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         registry.load_checkpoints(settings.checkpoints)
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
-    service = ActService(registry, metrics)
+    access_log = AccessLog(settings.access_log, settings.access_log_format)
+    service = ActService(registry, metrics, access_log=access_log.enabled)
     infer_service = InferService(service)
 
     # /docs is docs_page's (Swagger UI's assets served here, no CDN); FastAPI's own pages are off.
@@ -101,9 +102,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.infer_service = infer_service
     app.state.shutting_down = False
     app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
-    app.state.access_log = AccessLog(settings.access_log, settings.access_log_format)
-    if app.state.access_log.enabled:
-        app.logged = access_asgi(app._dispatch, app.state.access_log)
+    app.state.access_log = access_log
+    if access_log.enabled:
+        app.logged = access_asgi(app._dispatch, access_log)
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,

@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -97,10 +98,18 @@ def _start(context: Any, settings: Settings, sock: socket.socket, index: int) ->
 
 
 def _worker(settings: Settings, sock: socket.socket) -> None:
-    from rlserve.service.server import serve
+    from rlserve.service.server import one_line, serve
 
     threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
-    raise SystemExit(serve(settings, sockets=[sock]))  # STARTUP_REFUSED: a named checkpoint did not load
+    try:
+        status = serve(settings, sockets=[sock])  # STARTUP_REFUSED: a named checkpoint did not load
+    except Exception as exc:  # as a single process says it: one line, the traceback with debug logging
+        if settings.log_level == "debug":
+            raise
+        print(f"rlserve serve: a worker failed to start: {one_line(exc)} (--log-level debug shows the details)",
+              file=sys.stderr)
+        status = 1
+    raise SystemExit(status)
 
 
 def _stop_with_parent(parent: int) -> None:

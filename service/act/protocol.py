@@ -146,7 +146,7 @@ def act_protocol_class(handler: RawActHandler, access_log: AccessLog | None = No
             parts.append(b"\r\n")
             parts.append(payload)
             cycle.response_started = cycle.response_complete = True
-            if access is not None:
+            if access is not None and (status >= 400 or not access.refused_only):
                 access.record_fast("POST", cycle.scope["path"], status, cycle.scope[ACCESS_KEY])
             if cycle.disconnected:  # the client left while the request was queued
                 return

@@ -110,9 +110,10 @@ Encode = Callable[[Accepted, Any, BatchInfo], Any]
 
 
 class ActService:
-    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
+    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None, *, access_log: bool = False):
         self.registry = registry
         self.metrics = metrics
+        self.access_log = access_log  # note each request's rows for the access log (off: nothing to do)
         self._loading: set[asyncio.Task] = set()  # *_nowait requests waiting for the store
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
@@ -223,7 +224,8 @@ class ActService:
         """Everything before the batch: resolve, validate, bind sessions, build the job.
         Raises before any session changed if the request is refused. ``options`` is the
         JSON request itself (no copy on the hot path) or another format's ``_Options``."""
-        note_rows(len(rows))  # the access log's line of this request, refused or not (when it is on)
+        if self.access_log:
+            note_rows(len(rows))  # the access log's line of this request, refused or not
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
