@@ -71,7 +71,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         for line in exc.lines:
             print(f"rlserve serve: {line}", file=sys.stderr)
         return STARTUP_REFUSED
-    _configure_logging(settings)
+    configure_logging(settings)
     try:
         if settings.workers > 1:
             from rlserve.service.workers import run_workers
@@ -90,13 +90,13 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _configure_logging(settings: Settings) -> None:
+def configure_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
     """Run one server process (on ``sockets`` when a supervisor bound them) until it stops."""
-    _configure_logging(settings)
+    configure_logging(settings)
     import uvicorn
 
     from rlserve.service.app import create_app
