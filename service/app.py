@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from rlserve.service.access_log import ACCESS_KEY, AccessLog, access_asgi
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
 from rlserve.service.api import act, admin, bodies, docs_page, health, inference_v2, listing, sessions
@@ -51,15 +52,26 @@ GRPC_GRACE_S = 10.0  # how long gRPC calls in flight may take to finish at shutd
 
 
 class RLServeApp(FastAPI):
-    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``."""
+    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``,
+    and the access log around both when it is on."""
 
     raw_act: RawActHandler | None = None
+    logged: Any = None  # ``_dispatch`` inside the access log (None: the log is off)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.logged is not None:
+            await self.logged(scope, receive, send)
+        else:
+            await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         handler = self.raw_act
         if handler is not None:
             match = handler.match(scope)
             if match is not None:
+                note = scope.get(ACCESS_KEY)
+                if note is not None:  # the access log names the route by this match
+                    note.match = match[1]
                 await handler(scope, receive, send, match)
                 return
         await super().__call__(scope, receive, send)
@@ -77,7 +89,8 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         registry.load_checkpoints(settings.checkpoints)
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
-    service = ActService(registry, metrics)
+    access_log = AccessLog(settings.access_log, settings.access_log_format)
+    service = ActService(registry, metrics, access_log=access_log.enabled)
     infer_service = InferService(service)
 
     # /docs is docs_page's (Swagger UI's assets served here, no CDN); FastAPI's own pages are off.
@@ -91,6 +104,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.infer_service = infer_service
     app.state.shutting_down = False
     app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
+    app.state.access_log = access_log
+    if access_log.enabled:
+        app.logged = access_asgi(app._dispatch, access_log)
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,

@@ -9,7 +9,6 @@ stops the start with the closest setting's name, unless it is one of ``NOT_SETTI
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,21 +20,32 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
 
 PREFIX = "RLSERVE_"
-# RLSERVE_* variables the project reads that are not server settings, so a shell that sets
-# them for those tools can still start the server. A new one belongs here (and in the README).
-NOT_SETTINGS = {
-    "RLSERVE_URL": "the server docker/load_model.sh talks to",
+# RLSERVE_* variables that are not server settings, so a shell that exports them can still
+# start the server (never taken for misspelt settings). A new one belongs here and in the
+# README; tests/unit/test_documented_variables.py checks that every RLSERVE_* name in the
+# docs is a setting or one of these.
+# Read by clients: the docs ask users to export them for the examples.
+CLIENT_VARIABLES = {
+    "RLSERVE_URL": "the HTTP address rlserve demo, docker/load_model.sh and the docs' client examples use",
+    "RLSERVE_GRPC_URL": "the gRPC address the docs' tritonclient.grpc example uses (docs/api.md)",
+}
+# Read by the project's other tools.
+TOOL_VARIABLES = {
     "RLSERVE_GPU_PORT": "the GPU service's host port in docker/compose.yaml",
+    "RLSERVE_LB_PORT": "the load balancer's host port in docker/compose.yaml",
     "RLSERVE_ORACLE_DIR": "the RLlib fixtures the tests compare with",
     "RLSERVE_CHECKPOINT_DIR": "the RLlib checkpoints the tests compare with",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
     "RLSERVE_CI_VENV": "where .ci/run builds its environment",
 }
+NOT_SETTINGS = {**CLIENT_VARIABLES, **TOOL_VARIABLES}
 
 RuntimeName = Literal["auto", "onnx", "torchscript"]
 SessionCache = Literal["validate", "trust"]
 _STORE_SCHEMES = ("redis", "rediss", "unix")
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+AccessLog = Literal["off", "refused", "all"]
+AccessLogFormat = Literal["text", "json"]
 
 
 class Settings(BaseSettings):
@@ -44,11 +54,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLSERVE_", extra="forbid", frozen=True)
 
     # Where bundles live. None serves the embedded defaults in service/default_models/
-    # (unless checkpoints are given).
+    # (unless checkpoints are given: then only they are served).
     repository: Path | None = None
     # RLlib checkpoint directories to export at start and serve, as "PATH" or "NAME=PATH"
-    # (JSON list in the environment); needs torch.
+    # (JSON list in the environment); needs torch unless the export is cached.
     checkpoints: list[str] = []
+    # Where checkpoint exports are kept between starts (serving/export_cache.py). None:
+    # $XDG_CACHE_HOME/rlserve/exports, else ~/.cache/rlserve/exports.
+    export_cache: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     # The Open Inference Protocol's gRPC service on this port too (None: off; 0 picks a free
@@ -115,6 +128,10 @@ class Settings(BaseSettings):
     # without an ASGI task per request (service/act_protocol.py); False keeps it on ASGI.
     act_protocol: bool = True
     log_level: LogLevel = "info"
+    # One line per request (service/access_log.py): refused (default) logs the answers with
+    # a status >= 400 only, all every answer, off none; the format is text or JSON lines.
+    access_log: AccessLog = "refused"
+    access_log_format: AccessLogFormat = "text"
 
     @classmethod
     def settings_customise_sources(
@@ -129,7 +146,7 @@ class Settings(BaseSettings):
         check_environment(os.environ)
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
-    @field_validator("repository")
+    @field_validator("repository", "export_cache")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser().resolve()
@@ -143,8 +160,8 @@ class Settings(BaseSettings):
         if "://" not in value or scheme not in _STORE_SCHEMES:
             raise ValueError(f"a Redis/Valkey URL starting with one of {[s + '://' for s in _STORE_SCHEMES]}, "
                              "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
-        if importlib.util.find_spec("redis") is None:
-            raise ValueError("an external session store needs its client library: pip install 'rlserve[redis]'")
+        # The client library ([redis] extra) and the store's answer are checked at start
+        # (service/startup.py), where a refusal can say how to install it.
         return value
 
     @field_validator("admin_token")

@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 from gymnasium import spaces as gs
 
+from rlserve.service.access_log import note_rows
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
 from rlserve.service.errors import (
@@ -112,10 +113,11 @@ Encode = Callable[[Accepted, Any, BatchInfo], Any]
 
 
 class ActService:
-    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
+    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None, *, access_log: bool = False):
         self.registry = registry
         self.metrics = metrics
         self.max_rows = registry.settings.max_rows  # rows one request may carry, whatever its form
+        self.access_log = access_log  # note each request's rows for the access log (off: nothing to do)
         self._loading: set[asyncio.Task] = set()  # *_nowait requests waiting for the store
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
@@ -234,6 +236,8 @@ class ActService:
         """Everything before the batch: resolve, validate, bind sessions, build the job.
         Raises before any session changed if the request is refused. ``options`` is the
         JSON request itself (no copy on the hot path) or another format's ``_Options``."""
+        if self.access_log:
+            note_rows(len(rows))  # the access log's line of this request, refused or not
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:

@@ -18,6 +18,7 @@ import msgspec
 
 from rlserve.service.act.binary import ObservationBlock, decode_block
 from rlserve.service.errors import BadRequest, InvalidJSON, quoted, summarize_received, without
+from rlserve.service.step.received import non_finite_token
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import check_rows
 
@@ -160,6 +161,11 @@ def decode_request(body: bytes) -> ActRequest:
     except msgspec.ValidationError as exc:
         raise refusal(str(exc), body) from None
     except msgspec.DecodeError as exc:
+        token = non_finite_token(str(exc), body)
+        if token is not None:  # Python's json writes NaN for float('nan'): say what JSON allows
+            raise InvalidJSON(f"request body is not valid JSON: {token} ({exc}); values must be finite JSON "
+                              "numbers (JSON has no NaN or Infinity)", expected="finite JSON numbers",
+                              received=token) from None
         raise InvalidJSON(f"request body is not valid JSON: {exc}", expected=_JSON_EXPECTED,
                           received=f"{len(body)} bytes that do not parse") from None
     except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings lazily

@@ -21,7 +21,7 @@ from rlserve.models.export.errors import ArchiveLimitError
 from rlserve.models.interface import ModelSignature
 from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving.batcher import Batcher
-from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
+from rlserve.service.serving.checkpoints import bundle_from_checkpoint, cache_root, is_checkpoint
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
@@ -115,7 +115,7 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
     shown = path.name if shown is None else shown
     label = f"bundle {quoted(shown)}" if label is None else label
     if is_checkpoint(path):
-        bundle = bundle_from_checkpoint(path, name)
+        bundle = bundle_from_checkpoint(path, name, cache=cache_root(settings))
         try:
             return build_policy(bundle, settings, metrics, shown=shown, store=store)
         except BaseException:

@@ -278,8 +278,21 @@ class ModelRegistry:
                 self.add(policy)
             except VersionConflict as exc:
                 policy.bundle.close()  # its batcher never ran; an archive's unpacked files go
+                if self._is_loaded(policy):
+                    # The same bundle twice (`rlserve export --archive` writes DIR and DIR.rlsb
+                    # side by side): served once, nothing failed.
+                    log.info("%s is the same bundle as the loaded %s; served once", shown, policy.key)
+                    continue
                 self.failures[shown] = exc.message
                 log.error("skipping %s: %s", shown, exc.message)
+
+    def _is_loaded(self, policy: Policy) -> bool:
+        """Whether the very same bundle (equal manifest, so equal files) serves ``policy.key``."""
+        entry = self.entries.get(policy.name)
+        loaded = None if entry is None else entry.versions.get(policy.version)
+        digest = policy.bundle.manifest.data.get("manifest_sha256")
+        return (loaded is not None and digest is not None
+                and loaded.bundle.manifest.data.get("manifest_sha256") == digest)
 
     def load_checkpoints(self, checkpoints: list[str]) -> None:
         """Export and serve RLlib checkpoints (``PATH`` or ``NAME=PATH``); failures are

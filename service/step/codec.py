@@ -30,6 +30,7 @@ from gymnasium import spaces as gs
 
 from rlserve.models.spaces import Repeated, Simplex, float_to_json, space_to_json
 from rlserve.service.errors import InvalidInput, quoted, summarize_received
+from rlserve.service.step.received import not_numbers
 
 __all__ = ["decode_value", "decode_batch", "encode_batch", "floats_json", "describe_space", "is_plain_row"]
 
@@ -138,9 +139,9 @@ def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError):
-        raise _fail(field, f"expected a number array of shape {list(shape)} (ragged lists?)", space, data) from None
-    if arr.dtype.kind not in "biuf":
-        raise _fail(field, f"expected numbers, got elements of type {arr.dtype.kind!r}", space, data)
+        raise _fail(field, not_numbers(data, list(shape)), space, data) from None
+    if arr.dtype.kind not in "biuf":  # strings, nulls, objects: said as JSON, not as numpy's dtype
+        raise _fail(field, not_numbers(data, list(shape)), space, data)
     if arr.shape != shape:
         raise _fail(field, f"expected shape {list(shape)}, got {list(arr.shape)}", space, data)
     return _cast(space, arr, field, data)
@@ -163,15 +164,27 @@ def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
                 return arr
     arr = _array(space, data, field, space.shape)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise _fail(field, "values must be finite", space, data)
+        raise _fail(field, _non_finite(arr, data), space, data)
     return arr
+
+
+def _non_finite(arr: np.ndarray, data: Any) -> str:
+    """Where ``arr`` (``data`` decoded, in the space's dtype) first holds NaN or an infinity."""
+    index = [int(i) for i in np.argwhere(~np.isfinite(arr))[0]]
+    where = f"element {index[0]}" if len(index) == 1 else f"element {index}" if index else "the value"
+    sent = data
+    for i in index:  # the number as sent, when it came as JSON lists
+        sent = sent[i] if isinstance(sent, list) and i < len(sent) else None
+    if isinstance(sent, int | float) and math.isfinite(sent):
+        return f"expected finite numbers; {where} is {sent!r}, beyond the range of {arr.dtype.name}"
+    return f"expected finite numbers; {where} is {arr[tuple(index)].item()!r}"
 
 
 @decode_value.register
 def _(space: Simplex, data: Any, field: str) -> np.ndarray:
     arr = _array(space, data, field, space.shape)
     if not np.isfinite(arr).all():
-        raise _fail(field, "values must be finite", space, data)
+        raise _fail(field, _non_finite(arr, data), space, data)
     return arr
 
 

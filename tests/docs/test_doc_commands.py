@@ -31,14 +31,10 @@ pytestmark = pytest.mark.e2e
 SESSION = Path(__file__).resolve().parent / "doc_session.py"
 PAGE_TIMEOUT_S = 1800  # a ceiling, far above a page's usual minute or two
 
-# Blocks that fail because of behaviour that issue 34's other half changes (the admin
-# walkthrough); strict, so each entry must go once that work has landed. Keyed by page and
-# a piece of the block's text.
-PENDING_BEHAVIOUR: dict[tuple[str, str], str] = {
-    ("README.md", '{"path": "my-policy"}'):
-        "the admin walkthrough: serve --repository . lists my-policy.rlsb under failed_to_load and "
-        "the load by path answers 409 (issue 34, behaviour half)",
-}
+# Blocks that fail because of behaviour another change is to fix; strict, so each entry must
+# go once that work has landed. Keyed by page and a piece of the block's text. (The admin
+# walkthrough's entry went with issue 34's behaviour half.)
+PENDING_BEHAVIOUR: dict[tuple[str, str], str] = {}
 
 
 def page_blocks() -> list[Block]:

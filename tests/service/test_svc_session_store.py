@@ -523,6 +523,7 @@ async def test_several_workers_without_a_store_refuse_sessions(make_client):
 
 
 async def test_a_store_that_does_not_answer_is_503(make_client, redis_server, caplog):
+    """The client learns that the store did not answer, not where it is; the log says where."""
     _, client = make_client(("lstm",), session_store=redis_server.unix_url, session_store_timeout_s=0.5)
     obs = observations(4, 3)
     await episode([client], "lstm", "d", obs[:2])  # over the unix socket

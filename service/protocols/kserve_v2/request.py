@@ -16,6 +16,7 @@ import msgspec
 from rlserve.service.act.wire import MAX_SEED, unknown_field
 from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
+from rlserve.service.step.received import non_finite_token
 
 MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
 _EMPTY = memoryview(b"")
@@ -66,6 +67,11 @@ def decode_request(header: bytes) -> InferRequest:
     except msgspec.ValidationError as exc:
         raise decode_failure(exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        token = non_finite_token(str(exc), header) if isinstance(exc, msgspec.DecodeError) else None
+        if token is not None:
+            raise BadRequest(f"the inference request is not valid JSON: {token} ({exc}); values must be finite "
+                             "JSON numbers (JSON has no NaN or Infinity)", expected="finite JSON numbers",
+                             received=token) from None
         raise BadRequest(f"the inference request is not valid JSON: {exc}",
                          expected="a UTF-8 JSON object (binary data only after Inference-Header-Content-Length)",
                          received=f"{len(header)} bytes that do not parse") from None

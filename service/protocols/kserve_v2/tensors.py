@@ -21,6 +21,7 @@ from rlserve.service.protocols.kserve_v2.wire import (
     InferResponseOutput,
     Parameters,
 )
+from rlserve.service.step.received import describe, first_non_number
 from rlserve.service.step.sizes import Expect, Fields, check_shape
 
 # The protocol's datatypes as (little-endian) numpy dtypes. BYTES (length-prefixed
@@ -99,9 +100,9 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarr
     except (ValueError, TypeError):
         arr = None
     if arr is None or arr.dtype.kind not in _INLINE_KIND[dtype.kind]:
-        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "numbers"
-        got = "ragged arrays" if arr is None or arr.dtype == object else f"elements of dtype {arr.dtype.name}"
-        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; got {got}",
+        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "finite numbers"
+        got = _first_misfit(data, dtype)
+        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; {got}",
                          field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
     check_shape(inp.shape, expect, Fields(f"{inp.name}.shape", f"{inp.name}.data", where),
                 elements=arr.size, error=BadRequest)
@@ -114,6 +115,24 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarr
                              received=(low if low < info.min else high).item())
     with np.errstate(over="ignore"):  # a float beyond FP32 becomes inf; the leaf check refuses it
         return arr.astype(dtype, copy=False).reshape(inp.shape)
+
+
+def _first_misfit(data: list[Any], dtype: np.dtype) -> str:
+    """The first element of ``data`` a ``dtype`` tensor cannot hold, in JSON's words."""
+    misfit = first_non_number(data)
+    if misfit is None and dtype.kind in "iub":  # numbers, but fractions or not booleans
+        allowed = (bool,) if dtype.kind == "b" else (bool, int)
+        stack: list[tuple[list[int], Any]] = [([], data)]
+        while stack and misfit is None:
+            path, value = stack.pop()
+            if isinstance(value, list):
+                stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
+            elif not isinstance(value, allowed):
+                misfit = (path, value)
+    if misfit is None:
+        return "the nested lists' lengths differ"
+    path, value = misfit
+    return f"element {path[0] if len(path) == 1 else path} is {describe(value)}"
 
 
 def wire_array(arr: np.ndarray, datatype: str) -> np.ndarray:
