@@ -258,7 +258,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each cell")
     parser.add_argument("--clients", type=int, default=max(1, min(4, cores // 4)), help="load generator processes")
     parser.add_argument("--budget", type=float, default=230.0, help="start no cell after this many seconds")
-    parser.add_argument("--start-timeout", type=float, default=120.0, help="seconds a server may take to be ready")
+    parser.add_argument("--start-timeout", type=float, default=60.0, help="seconds a server may take to be ready")
     parser.add_argument("--json", type=Path, default=None, help="write the run here as JSON")
     return parser.parse_args()
 
@@ -314,9 +314,12 @@ def serve_and_measure(args: argparse.Namespace, repo: Path, requests: dict, devi
         proc, port = start_server(repo, device, workers, args.start_timeout)
     except (RuntimeError, OSError) as exc:
         return [dict(cell, error=f"server did not start: {exc}") for cell in base]
-    cells = []
+    cells: list[dict] = []
     try:
-        runtimes = {m: runtime_of(port, m) for m in args.models}
+        try:
+            runtimes = {m: runtime_of(port, m) for m in args.models}
+        except OSError as exc:
+            return [dict(cell, error=f"no model metadata: {exc!r}") for cell in base]
         print(f"\n{device}, {workers} worker(s): ready in {time.monotonic() - t0:.1f} s; runtimes "
               f"{ {m: (r['device'], r.get('providers')) for m, r in runtimes.items()} }", flush=True)
         for cell in base:
@@ -326,11 +329,15 @@ def serve_and_measure(args: argparse.Namespace, repo: Path, requests: dict, devi
                 continue
             key = (cell["model"], cell["rows"], cell["path"])
             connections = connections_for(cell["rows"], workers)
-            prime(port, requests[key][0])
-            res = run_cell(port, requests[key], connections, min(args.clients, connections), args.duration,
-                           args.warmup)
-            cells.append(dict(cell, connections=connections, server_device=runtimes[cell["model"]]["device"],
-                              obs_s=res["req_s"] * cell["rows"], **res))
+            try:
+                prime(port, requests[key][0])
+                res = run_cell(port, requests[key], connections, min(args.clients, connections), args.duration,
+                               args.warmup)
+            except Exception as exc:  # one cell's failure (a dead server, a refused request) is its own
+                cells.append(dict(cell, error=f"failed: {exc!r}"))
+            else:
+                cells.append(dict(cell, connections=connections, server_device=runtimes[cell["model"]]["device"],
+                                  obs_s=res["req_s"] * cell["rows"], **res))
             show(cells[-1])
     finally:
         stop_server(proc)
