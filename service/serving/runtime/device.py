@@ -51,8 +51,7 @@ class DeviceRequest:
         match = _DEVICE.match(text.strip().lower())
         if match is None or (match.group(2) is not None and match.group(1) != "cuda"):
             raise ValueError(f"device {text!r}: expected {DEVICE_CHOICES}")
-        kind = match.group(1)
-        assert kind in ("auto", "cpu", "cuda")
+        kind: Literal["auto", "cpu", "cuda"] = match.group(1)  # type: ignore[assignment]  # the pattern's three
         return cls(kind, int(match.group(2) or 0))
 
     @property

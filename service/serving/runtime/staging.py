@@ -92,7 +92,7 @@ def cuda_host_allocator() -> tuple[Allocator | None, str]:
         raw = (ctypes.c_uint8 * nbytes).from_address(ptr.value)
         # The array's base is ``raw``; when the last view of it goes, the memory goes back.
         weakref.finalize(raw, free, ptr.value)
-        return np.frombuffer(raw, dtype=np.uint8)
+        return np.frombuffer(memoryview(raw).cast("B"), dtype=np.uint8)
 
     try:  # one page, to know now (not at the first batch) that pinning works here
         allocate(MIN_BLOCK)
