@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,36 @@ def _exact_float32(torch: Any) -> None:
     Process-wide, as torch's switches are."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def _nodes(block: Any) -> Iterator[Any]:
+    for node in block.nodes():
+        yield node
+        for inner in node.blocks():
+            yield from _nodes(inner)
+
+
+def retarget_devices(module: Any, device: str) -> int:
+    """Point the CPU device literals of a traced module's graphs at ``device``; how many.
+
+    ``torch.jit.trace`` records ``torch.arange(n, device=x.device)`` with the device the
+    trace ran on (the CPU) as a constant, so a module loaded onto CUDA would still make
+    those tensors on the CPU and fail on the first op that mixes them with its inputs (the
+    GTrXL's relative positions, a one-hot of previous discrete actions). ``map_location``
+    moves weights and tensor constants, not these. Runs before the first call, while the
+    graphs are not yet compiled."""
+    count = 0
+    for submodule in module.modules():
+        try:
+            graph = submodule._c._get_method("forward").graph
+        except RuntimeError:  # a submodule without a forward of its own
+            continue
+        for node in _nodes(graph):
+            if (node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"
+                    and node.s("value") == "cpu"):
+                node.s_("value", device)
+                count += 1
+    return count
 
 
 def _torch_pinned(torch: Any):
@@ -66,6 +97,7 @@ class TorchScriptRuntime:
         with warnings.catch_warnings():  # torch 2.13 deprecates jit.load; the bundle format uses it
             warnings.simplefilter("ignore", DeprecationWarning)
             self._module = torch.jit.load(str(path), map_location=self._device).eval()
+        retargeted = retarget_devices(self._module, self.device) if self._cuda else 0
         self._input_names = list(input_names)
         self.output_names = list(output_names)
         # The exported contract feeds float32 everywhere except a pass-through obs dtype,
@@ -74,6 +106,8 @@ class TorchScriptRuntime:
         self._inputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
         self._outputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
         notes = "".join(f"; {note}" for note in placement.notes)
+        if retargeted:
+            notes += f"; {retargeted} traced CPU device literals moved to {self.device}"
         log.info("torchscript runtime %s on %s%s", path.name, self.device, notes)
 
     def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
