@@ -292,8 +292,10 @@ def main() -> int:
         print(f"bundles exported in {time.monotonic() - t0:.1f} s", flush=True)
         requests = {(m, r, p): [BUILDERS[p](m, observations(m, r, seed)) for seed in range(2)]
                     for m in args.models for r in args.rows for p in args.paths}
-        for device in devices:
-            for workers in sorted({1, args.workers}):
+        # The targets are measured with --workers: those servers go first, CUDA then
+        # the CPU, so that a run cut short by --budget loses the single-worker cells.
+        for workers in sorted({1, args.workers}, reverse=True):
+            for device in sorted(devices, reverse=True):
                 cells += serve_and_measure(args, repo, requests, device, workers, started)
     result = {"machine": description, "args": {k: str(v) for k, v in vars(args).items()}, "left_out": skipped,
               "cells": cells, "summary": summary(cells, args.workers)}
