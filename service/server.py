@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                                                     "need RLSERVE_SESSION_STORE")
     parser.add_argument("--traceback", action="store_true",
                         help="show the full traceback when the start fails (so does --log-level debug)")
+    parser.add_argument("--device", help="auto (default: CUDA when the runtime can use it), cpu, cuda or cuda:N")
     return parser
 
 
@@ -63,7 +64,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
                                    "log_level": args.log_level, "checkpoints": args.checkpoint,
-                                   "workers": args.workers, "grpc_port": args.grpc_port}.items()
+                                   "workers": args.workers, "grpc_port": args.grpc_port,
+                                   "device": args.device}.items()
                  if v is not None}
     try:
         settings = load_settings(overrides)

@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
+from rlserve.service.serving.runtime.device import DeviceRequest
 
 PREFIX = "RLSERVE_"
 # RLSERVE_* variables that are not server settings, so a shell that exports them can still
@@ -113,7 +114,11 @@ class Settings(BaseSettings):
     # ONNX Runtime's other intra-op threads spin between and after calls by default; a server
     # shares its cores with the event loop (and often its clients), so here they sleep.
     intra_op_spinning: bool = False
-    use_gpu: bool = True  # use CUDA when the runtime offers it
+    # auto: CUDA when the runtime can use it (else the CPU, and the log says why); cpu;
+    # cuda or cuda:N: CUDA device N or the bundle is refused (docs/api.md).
+    device: str = "auto"
+    # ONNX Runtime's TensorRT provider ahead of CUDA's, where the installed build has it.
+    onnx_tensorrt: bool = False
     default_explore: bool | None = None  # None: each bundle's own 'explore' setting
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 
@@ -145,6 +150,11 @@ class Settings(BaseSettings):
         # Before any value is read: the environment holds no RLSERVE_* name that is no setting.
         check_environment(os.environ)
         return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return str(DeviceRequest.parse(value))  # "cuda" is "cuda:0"
 
     @field_validator("repository", "export_cache")
     @classmethod
