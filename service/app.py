@@ -39,7 +39,7 @@ from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
-from rlserve.service.sessions.redis_store import RedisSessions
+from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.app")

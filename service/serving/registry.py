@@ -33,7 +33,7 @@ from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.sessions.record import RecordError, record_version
-from rlserve.service.sessions.redis_store import ModelSessions, RedisSessions
+from rlserve.service.sessions.redis_client import ModelSessions, RedisSessions
 from rlserve.service.sessions.store import MAX_SESSION_ID_LENGTH, Session
 from rlserve.service.settings import Settings
 
