@@ -35,19 +35,14 @@ import msgspec
 
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
-from rlserve.service.errors import (
-    BadRequest,
-    NotReady,
-    ServiceError,
-    SessionConflict,
-    as_service_error,
-)
+from rlserve.service.errors import NotReady, ServiceError, as_service_error
 from rlserve.service.serving.batcher import BatchInfo, Job
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.base import SessionMiss, after_loading
-from rlserve.service.sessions.store import Session, validate_session_id
+from rlserve.service.sessions.resolver import Binding
+from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
 from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.prepare import Step
@@ -58,15 +53,7 @@ _ENCODER = msgspec.json.Encoder()
 _NO_KEYS: frozenset[str] = frozenset()
 
 
-@dataclass(slots=True)
-class _Binding:
-    """What a request does to sessions once it validated."""
-
-    existing: list[tuple[int, Session]]  # (row, live session)
-    new: list[tuple[int, str]]  # (row, id to create)
-
-
-_NO_SESSIONS = _Binding([], [])
+_NO_SESSIONS = Binding()
 
 # reply(payload, None) with the response body, or reply(None, error) for the client.
 Reply = Callable[[Any, ServiceError | None], None]
@@ -260,50 +247,15 @@ class ActService:
 
     # ------------------------------------------------------------------ sessions
 
-    def _resolve(self, entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, _Binding]:
+    @staticmethod
+    def _resolve(entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, Binding]:
         """Which policy serves the request and which sessions it touches (no mutation)."""
         if not rows.has_sessions:
             return entry.policy(version), _NO_SESSIONS
-        if rows.single and not rows.episode_starts[0]:
-            # The common session step: one live session, no creation.
-            policy, session = entry.find_session(validate_session_id(rows.session_ids[0]))
-            entry.check_pinned(policy, version, session.id)
-            return policy, _Binding([(0, session)], [])
-        if entry.remote is not None:  # all the request's sessions read from the store at once
-            entry.require_held(rows.session_ids)
-        binding = _Binding([], [])
-        seen: set[str] = set()
-        bound: Policy | None = None
-        for row, session_id in enumerate(rows.session_ids):
-            if session_id is None:
-                continue
-            field = "session_id" if rows.single else f"session_ids[{row}]"
-            try:
-                validate_session_id(session_id)
-                if session_id in seen:
-                    raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
-                                     field=field, expected="each session at most once per request",
-                                     received=session_id)
-                seen.add(session_id)
-                if rows.episode_starts[row] and not entry.is_live(session_id):
-                    binding.new.append((row, session_id))
-                    continue
-                policy, session = entry.find_session(session_id)
-                entry.check_pinned(policy, version, session_id)
-            except ServiceError as exc:
-                if exc.field == "session_id" and not rows.single:  # the helpers name the single form
-                    exc.field, exc.message = field, f"{field}: {exc.message}"
-                raise
-            if bound is not None and policy is not bound:
-                raise SessionConflict(
-                    f"{field}: sessions of one request must share a model version; {session_id!r} is on "
-                    f"{policy.version!r}, others on {bound.version!r}",
-                    field=field, expected=bound.version, received=policy.version)
-            bound = policy
-            binding.existing.append((row, session))
-        return (bound or entry.policy(version)), binding
+        binding = entry.sessions.resolve(rows.session_ids, rows.episode_starts, version, rows.single)
+        return entry.policy(version if binding.version is None else binding.version), binding
 
-    def _bind(self, policy: Policy, rows: Rows, binding: _Binding, step: Step) -> list[Session | None]:
+    def _bind(self, policy: Policy, rows: Rows, binding: Binding, step: Step) -> list[Session | None]:
         """Apply the request to sessions (now that it validated) and pin them in flight."""
         if not binding.existing and not binding.new:
             return step.sessions
