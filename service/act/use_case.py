@@ -91,6 +91,19 @@ class _Options:
     step: int | None = None  # the step index, where the format carries one (KServe v2's parameters.step)
 
 
+@dataclass(slots=True)
+class Checked:
+    """A request resolved and validated whose sessions are not bound yet (``ActService.bind``)."""
+
+    started: float
+    name: str
+    policy: Policy
+    rows: Rows
+    binding: Binding
+    step: Step
+    options: ActRequest | _Options
+
+
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
 Encode = Callable[[Accepted, Any, BatchInfo], Any]
 
@@ -209,6 +222,19 @@ class ActService:
         """Everything before the batch: resolve, validate, bind sessions, build the job.
         Raises before any session changed if the request is refused. ``options`` is the
         JSON request itself (no copy on the hot path) or another format's ``_Options``."""
+        return self.bind(self._check(name, version, rows, options, started))
+
+    def check_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
+                   extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
+                   started: float | None = None) -> Checked:
+        """The first half of ``accept_rows``: resolved and validated, no session touched yet.
+        A caller that submits several requests as one (a policy set's step, one request per
+        policy) checks them all before it ``bind``s any, so a refusal leaves every session as it was."""
+        options = _Options(explore, extras, unsquash, clip)
+        return self._check(name, version, rows, options, time.perf_counter() if started is None else started)
+
+    def _check(self, name: str, version: str | None, rows: Rows, options: ActRequest | _Options,
+               started: float) -> Checked:
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
@@ -220,6 +246,13 @@ class ActService:
         if options.step is not None:
             step.keep_answer, step.expect_steps = True, expect_steps
         policy.batcher.check_capacity(step.rows)  # before sessions change
+        return Checked(started, name, policy, rows, binding, step, options)
+
+    def bind(self, checked: Checked) -> Accepted:
+        """The second half: apply the checked request to its sessions and build its job."""
+        started, name, policy, rows, binding, step, options = (
+            checked.started, checked.name, checked.policy, checked.rows, checked.binding, checked.step,
+            checked.options)
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
             keys = _NO_KEYS
@@ -281,6 +314,11 @@ class ActService:
         step.sessions = sessions
         step.has_sessions = True
         return sessions
+
+    def abandon(self, accepted: Accepted) -> None:
+        """Let go of a bound request that will not be submitted (one part of a request
+        refused after another part was bound): its sessions are unpinned."""
+        self._done_with(accepted)
 
     def _done_with(self, accepted: Accepted) -> None:
         """The request's batch is over (or it never got queued): unpin its sessions."""
@@ -344,6 +382,9 @@ class ActService:
                 batch_id=info.batch_id, batch_rows=info.rows, batch_requests=info.requests,
                 queue_ms=round(accepted.job.queue_s * 1e3, 4), run_ms=round(info.run_s * 1e3, 4))
         return response
+
+
+response_of = ActService._response  # a request's rows of its batch as the act answer (``rlserve.service.multiagent``)
 
 
 def _item(values: list[Any], start: int, stop: int) -> Any:

@@ -14,11 +14,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
+from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.sessions.resolver import SessionResolver
 from rlserve.service.sessions.store import Session
@@ -58,6 +60,8 @@ class ModelRegistry:
         self.metrics = metrics
         self.store = store  # the external session store (None: sessions live in this process)
         self.entries: dict[str, ModelEntry] = {}
+        # Policy sets by name (multi-agent); their members are ordinary entries ``<set>.<policy_id>``.
+        self.sets: dict[str, ServedPolicySet] = {}
         self.failures: dict[str, str] = {}  # path in the repository -> why it did not load at start
         # Bundle paths of the repository tried, with their fingerprint then (serving/repository.py).
         self.seen: dict[str, float] = {}
@@ -71,9 +75,48 @@ class ModelRegistry:
     def entry(self, name: str) -> ModelEntry:
         entry = self.entries.get(name)
         if entry is None:
+            if name in self.sets:
+                members = sorted(self.sets[name].members.values())
+                raise ModelNotFound(f"{name!r} is a policy set (multi-agent): act with POST "
+                                    f"/v1/models/{name}/agents/act, or address one of its policies as a model: "
+                                    f"{members}",
+                                    field="model", expected=sorted(self.entries), received=name)
             raise ModelNotFound(f"no model named {name!r}; loaded: {sorted(self.entries)}",
                                 field="model", expected=sorted(self.entries), received=name)
         return entry
+
+    def policy_set(self, name: str) -> ServedPolicySet:
+        served = self.sets.get(name)
+        if served is None:
+            raise ModelNotFound(f"no policy set named {name!r}; loaded: {sorted(self.sets)}"
+                                + (" (it is a single-policy model: use POST /v1/models/{name}/act)"
+                                   if name in self.entries else ""),
+                                field="model", expected=sorted(self.sets), received=name)
+        return served
+
+    def add_policy_set(self, served: ServedPolicySet) -> None:
+        """Register a policy set and each of its members as a model (409 if a name is taken)."""
+        taken = [n for n in (served.name, *served.members.values()) if n in self.entries or n in self.sets]
+        if taken:
+            raise VersionConflict(f"policy set {served.name!r}: the names {taken} are already served; unload them "
+                                  "first", field="model", received=taken[0])
+        for policy in served.policies.values():
+            self.add(policy)
+        self.sets[served.name] = served
+        log.info("serving policy set %s with %s (mapping: %s)", served.name, served.members,
+                 served.mapping.describe())
+
+    def load_policy_sets(self, specs: list[str], mapping: AgentMapping | None = None) -> None:
+        """Serve policy sets (``[NAME=]DIR``: a set directory, or a multi-policy RLlib checkpoint
+        exported with ``mapping``); failures are logged and listed like the repository's."""
+        for spec in specs:
+            name, path = parse_set_arg(spec)
+            try:
+                self.add_policy_set(load_served_set(path, self.settings, self.metrics, name=name, mapping=mapping,
+                                                    store=self.store))
+            except (BundleInvalid, VersionConflict) as exc:
+                self.failures[spec] = exc.message
+                log.error("skipping policy set %s: %s", spec, exc.message)
 
     def policies(self) -> list[Policy]:
         return [p for e in self.entries.values() for p in e.versions.values()]
