@@ -114,9 +114,9 @@ class EpisodePlan:
         for agent_id, (policy_id, _) in self.joins.items():
             self.episode.seat_for(agent_id, policy_id)
         for agent_id in self.finishing:
-            seat = self.episode.leave(agent_id)
-            if seat is not None:
-                end_agent_session(registry, self.served, seat)
+            left = self.episode.leave(agent_id)
+            if left is not None:
+                end_agent_session(registry, self.served, left)
         self.episode.inflight += 1
 
     def settle(self, registry: ModelRegistry, ended: bool) -> Awaitable[None] | None:
