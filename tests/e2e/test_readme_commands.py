@@ -26,6 +26,8 @@ DEFAULT_PORT = "127.0.0.1:8000"
 TOKEN = "change-me"
 # A real RLlib checkpoint of a CartPole policy, for the README's `$CHECKPOINT` lines.
 CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_cartpole_msgpack" / "checkpoint"
+# The README's multi-agent `$MA_CHECKPOINT`: two policies recorded for PettingZoo's rock-paper-scissors.
+MA_CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_rps_multiagent" / "checkpoint"
 
 
 def readme_blocks() -> list[list[str]]:
@@ -41,6 +43,8 @@ def readme_lines() -> list[str]:
 def _kind(line: str) -> str:
     if line.startswith("docker "):
         return "container"
+    if any(mark in line for mark in ("/agents/act", "--policy-set", "$MA_CHECKPOINT", "inspect rps")):
+        return "multi-agent"
     if line.startswith("curl ") and "/v1/admin/" in line:
         return "admin-curl"
     if line.startswith("curl "):
@@ -178,3 +182,18 @@ def test_scripts(line, tmp_path):
         assert "req/s" in out
     else:
         assert "cartpole" in out
+
+
+def test_the_multi_agent_commands(tmp_path):
+    """Export the two-policy checkpoint as a set, inspect it, serve it, act for both agents."""
+    lines = [line for line in readme_lines() if _kind(line) == "multi-agent"]
+    export, inspect, serve, act = lines
+    _run(export, 0, tmp_path, {"MA_CHECKPOINT": str(MA_CHECKPOINT)})
+    shown = _run(inspect, 0, tmp_path)
+    assert "'player_0' -> p0; 'player_1' -> p1" in shown and "rps.p0" in shown
+    assert serve.startswith("rlserve serve ")
+    with running_server(shlex.split(serve)[2:], cwd=tmp_path) as url:
+        body = _json_ok(act, _run(act, _port(url), tmp_path))
+        assert body["episode_id"] == "match-1"
+        assert {a: v["policy"] for a, v in body["agents"].items()} == {"player_0": "p0", "player_1": "p1"}
+        assert all(v["action"] in (0, 1, 2) and v["logp"] <= 0.0 for v in body["agents"].values())
