@@ -21,7 +21,7 @@ from starlette.routing import Match
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, agents, bodies, health, inference_v2, listing, sessions
+from rlserve.service.api import act, admin, agents, bodies, docs_page, health, inference_v2, listing, sessions
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
@@ -79,11 +79,13 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         registry.load_checkpoints(settings.checkpoints)
         registry.load_policy_sets(settings.policy_sets, _mapping(settings))
     metrics.watch_sessions(registry.session_counts)
+    metrics.watch_queues(registry.queued_rows)
     service = ActService(registry, metrics)
     infer_service = InferService(service)
     agents_service = AgentsActService(registry, service)
 
-    app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan,
+    # /docs is docs_page's (Swagger UI's assets served here, no CDN); FastAPI's own pages are off.
+    app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                      description="Inference service for RLlib-trained policies.")
     app.state.settings = settings
     app.state.metrics = metrics
@@ -99,7 +101,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
-                   agents.router):
+                   agents.router, docs_page.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

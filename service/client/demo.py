@@ -39,6 +39,7 @@ def _play(url: str, model: str, env_id: str, args: argparse.Namespace, reset: bo
 
 
 def demo_main(argv: list[str]) -> int:
+    """``rlserve demo ARGS``: play each model's episodes and print the returns; 0 when all played."""
     args = _parser().parse_args(argv)
     try:
         served = {m["name"] for m in httpx.get(f"{args.url}/v1/models", timeout=10).json()["models"]}

@@ -21,11 +21,14 @@ from rlserve.client.policy_client import PolicyClient
 
 @dataclass
 class EpisodeStats:
+    """The returns and lengths of the episodes ``run_episodes`` played, in the order they were played."""
+
     returns: list[float]
     lengths: list[int]
 
     @property
     def mean_return(self) -> float:
+        """The average return (NaN when no episode was played)."""
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
 
@@ -52,7 +55,15 @@ def run_episodes(
     reset_state_every_step: bool = False,
     max_steps: int = 10_000,
 ) -> EpisodeStats:
-    """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns."""
+    """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns.
+
+    Each step of a group is one ``act_batch`` call with one server session per environment
+    (seeded with the environment's seed: ``seed``, ``seed + 1``, ...), so the recurrent
+    state lives on the server; a finished episode's session is ended. ``explore=False``
+    takes the deterministic action; ``reset_state_every_step=True`` starts every step as a
+    new episode on the server (what a memory policy scores without memory). An episode is
+    cut after ``max_steps``.
+    """
     if episodes < 1 or parallel < 1:
         raise ValueError(f"episodes and parallel must be >= 1, got {episodes} and {parallel}")
     stats = EpisodeStats(returns=[], lengths=[])

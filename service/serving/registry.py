@@ -190,3 +190,7 @@ class ModelRegistry:
     def session_counts(self):
         for policy in self.policies():
             yield policy.name, policy.version, len(policy.sessions)
+
+    def queued_rows(self):
+        for policy in self.policies():
+            yield policy.name, policy.version, policy.batcher.queued_rows if policy.batcher else 0

@@ -10,10 +10,6 @@ seeded episode replayed identically, and the episode's state gone once it ended.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 
 import httpx
 import pytest
@@ -21,10 +17,9 @@ from checkpoint_cases import case_path, multi_agent_case_ids
 
 from rlserve.client.agents_client import AgentsClient
 from rlserve.client.pettingzoo_runner import play_parallel_episode, play_parallel_episodes
-from tests.e2e.server_process import REPO, running_server
+from tests.e2e.server_process import running_server
 
 pytestmark = pytest.mark.e2e
-API_DOC = REPO / "docs" / "api.md"
 
 
 def _env():
@@ -55,15 +50,3 @@ def test_rock_paper_scissors_episodes_play_to_the_end_and_replay_with_a_seed() -
         sessions = httpx.get(f"{url}/v1/models/rps").json()["episodes"]
         assert sessions["active"] == 0
 
-
-def test_the_api_doc_example_runs_against_the_set_the_readme_exports(tmp_path) -> None:
-    """docs/api.md's Python example, as written, against `rlserve serve --policy-set rps`."""
-    blocks = re.findall(r"```python\n(.*?)```", API_DOC.read_text(), flags=re.S)
-    (example,) = [block for block in blocks if "pettingzoo_runner" in block]
-    case = case_path(multi_agent_case_ids()[0])
-    args = ["--policy-set", f"rps={case / 'checkpoint'}", "--map", "player_0=p0", "--map", "player_1=p1"]
-    with running_server(args) as url:
-        run = subprocess.run([sys.executable, "-c", example], env={**os.environ, "RLSERVE_URL": url},
-                             capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "15 steps, returns {" in run.stdout
