@@ -10,7 +10,6 @@ seeded episode replayed identically, and the episode's state gone once it ended.
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 from checkpoint_cases import case_path, multi_agent_case_ids
