@@ -18,10 +18,11 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.access_log import ACCESS_KEY, AccessLog, access_asgi
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, bodies, docs_page, health, inference_v2, listing, sessions
+from rlserve.service.api import act, admin, agents, bodies, docs_page, health, inference_v2, listing, sessions
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
@@ -35,6 +36,9 @@ from rlserve.service.errors import (
     bounded,
     error_reply,
 )
+from rlserve.service.multiagent.episodes import EpisodeService
+from rlserve.service.multiagent.route import AgentsActRoute
+from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
@@ -42,7 +46,7 @@ from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
-from rlserve.service.sessions.redis_store import RedisSessions
+from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.app")
@@ -84,14 +88,16 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     repository = settings.repository or DEFAULT_MODELS
     if registry is None:
         registry = ModelRegistry(settings, metrics, _session_store(settings, metrics))
-        if settings.repository is not None or not settings.checkpoints:
+        if settings.repository is not None or not (settings.checkpoints or settings.policy_sets):
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
+        registry.load_policy_sets(settings.policy_sets, _mapping(settings))
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
     access_log = AccessLog(settings.access_log, settings.access_log_format)
     service = ActService(registry, metrics, access_log=access_log.enabled)
     infer_service = InferService(service)
+    agents_service = AgentsActService(registry, service)
 
     # /docs is docs_page's (Swagger UI's assets served here, no CDN); FastAPI's own pages are off.
     app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
@@ -102,19 +108,26 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.repository = repository
     app.state.act_service = service
     app.state.infer_service = infer_service
+    app.state.agents_service = agents_service
+    app.state.episode_service = EpisodeService(registry)
     app.state.shutting_down = False
     app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
     app.state.access_log = access_log
     if access_log.enabled:
         app.logged = access_asgi(app._dispatch, access_log)
     if settings.fast_act_path:
-        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
+        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
+                                    routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
-                   docs_page.router):
+                   agents.router, docs_page.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _mapping(settings: Settings) -> AgentMapping | None:
+    return None if settings.agent_mapping is None else AgentMapping.from_json(settings.agent_mapping)
 
 
 def _session_store(settings: Settings, metrics: Metrics) -> RedisSessions | None:
@@ -249,6 +262,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
         components.update(inference_v2.V2_COMPONENTS)
+        components.update(agents.AGENTS_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(error_schema.pop("$defs", {}))
         components["ErrorResponse"] = error_schema

@@ -40,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="an RLlib checkpoint directory to export and serve (repeatable; needs torch, unless "
                              "its export is cached from an earlier start); the model is named NAME, else after "
                              "the directory")
+    parser.add_argument("--policy-set", action="append", metavar="[NAME=]DIR",
+                        help="a policy set to serve (multi-agent, repeatable): a set directory, or a multi-policy "
+                             "RLlib checkpoint with --mapping/--map/--default-policy (needs torch)")
+    parser.add_argument("--mapping", type=Path,
+                        help="agent-to-policy mapping JSON for --policy-set (replaces a set's own)")
+    parser.add_argument("--map", action="append", default=[], metavar="AGENT=POLICY",
+                        help="one mapping rule (an agent id or a glob such as 'red_*'), after --mapping's (repeatable)")
+    parser.add_argument("--default-policy", metavar="POLICY", help="the policy of every agent no rule names")
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--grpc-port", type=int, help="also serve the Open Inference Protocol over gRPC on this "
@@ -65,9 +73,17 @@ def serve_main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
                                    "log_level": args.log_level, "checkpoints": args.checkpoint,
                                    "workers": args.workers, "grpc_port": args.grpc_port,
-                                   "device": args.device}.items()
+                                   "device": args.device, "policy_sets": args.policy_set}.items()
                  if v is not None}
     try:
+        if args.mapping is not None or args.map or args.default_policy is not None:
+            from rlserve.models.export.set_cli import SetInputError, mapping_from_args
+
+            try:
+                overrides["agent_mapping"] = mapping_from_args(args).to_json()
+            except SetInputError as exc:
+                print(f"rlserve serve: {' '.join(str(exc).split())}", file=sys.stderr)
+                return STARTUP_REFUSED
         settings = load_settings(overrides)
         check_start(settings, given=overrides)
     except StartRefused as exc:
@@ -108,10 +124,12 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     app = create_app(settings)
     # A checkpoint named on the command line is what the user asked to serve: one that does
     # not load stops the start (a repository's bundles that fail are listed, not fatal).
-    failed = {spec: why for spec, why in app.state.registry.failures.items() if spec in settings.checkpoints}
+    asked = {**{spec: "--checkpoint" for spec in settings.checkpoints},
+             **{spec: "--policy-set" for spec in settings.policy_sets}}
+    failed = {spec: why for spec, why in app.state.registry.failures.items() if spec in asked}
     if failed:
         for spec, why in failed.items():
-            print(f"rlserve serve: --checkpoint {spec}: {' '.join(why.split())}", file=sys.stderr)
+            print(f"rlserve serve: {asked[spec]} {spec}: {' '.join(why.split())}", file=sys.stderr)
         return STARTUP_REFUSED
     # Everything allocated so far (frameworks, models) lives for the whole process; moving
     # it out of the collector's view keeps full collections from scanning it on the hot

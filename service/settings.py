@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     # Where checkpoint exports are kept between starts (serving/export_cache.py). None:
     # $XDG_CACHE_HOME/rlserve/exports, else ~/.cache/rlserve/exports.
     export_cache: Path | None = None
+    # Policy sets (multi-agent) to serve at start, as "[NAME=]DIR" (JSON list in the
+    # environment): a set directory (`rlserve export ... --mapping FILE`), or a multi-policy
+    # RLlib checkpoint, exported at start with agent_mapping (needs torch).
+    policy_sets: list[str] = []
+    # The agent-to-policy mapping of the policy sets above (JSON: {"agents": {"player_0":
+    # "p0"}, "patterns": [["red_*", "p0"]], "default": "p1"}); replaces a set's own mapping.
+    agent_mapping: dict[str, Any] | None = None
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     # The Open Inference Protocol's gRPC service on this port too (None: off; 0 picks a free
@@ -172,6 +179,18 @@ class Settings(BaseSettings):
                              "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
         # The client library ([redis] extra) and the store's answer are checked at start
         # (service/startup.py), where a refusal can say how to install it.
+        return value
+
+    @field_validator("agent_mapping")
+    @classmethod
+    def _mapping(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            from rlserve.models.multiagent.mapping import AgentMapping, MappingError
+
+            try:
+                AgentMapping.from_json(value)
+            except MappingError as exc:
+                raise ValueError(str(exc)) from exc
         return value
 
     @field_validator("admin_token")

@@ -31,7 +31,8 @@ from rlserve.service.settings import PREFIX, Settings, UnknownSetting
 
 # The settings `rlserve serve` also takes as flags (a refusal names the one the user gave).
 FLAGS = {"repository": "--repository", "checkpoints": "--checkpoint", "host": "--host", "port": "--port",
-         "grpc_port": "--grpc-port", "log_level": "--log-level", "workers": "--workers"}
+         "grpc_port": "--grpc-port", "log_level": "--log-level", "workers": "--workers",
+         "device": "--device", "policy_sets": "--policy-set"}
 TORCH_EXTRA = ("torch", "onnx", "onnxscript")  # what exporting a checkpoint imports ([torch])
 _SHOWN = 60  # characters of a received value a refusal repeats
 
@@ -172,6 +173,11 @@ def _paths(settings: Settings, given: Collection[str]) -> list[str]:
         if not path.exists():
             lines.append(f"{setting_name('checkpoints', given)} {spec}: expected an RLlib checkpoint directory, "
                          f"received {str(path)!r} (nothing is there)")
+    for spec in settings.policy_sets:
+        path = parse_checkpoint_arg(spec)[1]
+        if not path.exists():
+            lines.append(f"{setting_name('policy_sets', given)} {spec}: expected a policy set directory or a "
+                         f"multi-policy RLlib checkpoint, received {str(path)!r} (nothing is there)")
     return lines
 
 

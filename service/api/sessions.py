@@ -68,7 +68,7 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     policy = entry.policy(body.version)
     # Ids are unique per model name across versions, so later lookups are unambiguous. An
     # external store refuses a taken id itself (one atomic "set if absent").
-    if body.session_id is not None and entry.remote is None and entry.is_live(body.session_id):
+    if body.session_id is not None and entry.sessions.remote is None and entry.sessions.is_live(body.session_id):
         raise SessionConflict(
             f"session {quoted(body.session_id)} already exists", field="session_id", received=body.session_id
         )
@@ -80,7 +80,9 @@ async def create_session(name: str, request: Request) -> JSONResponse:
             summary="Inspect a session (JSON), or export it as bytes with Accept: application/octet-stream",
             responses={200: {"content": {OCTET_STREAM: _BINARY}}, **_LOOKUP_ERRORS})
 async def get_session(name: str, session_id: str, request: Request) -> Response:
-    policy, session = await _registry(request).entry(name).lookup(session_id)
+    entry = _registry(request).entry(name)
+    session = await entry.sessions.lookup(session_id)
+    policy = entry.policy_of(session)
     if OCTET_STREAM in request.headers.get("accept", ""):
         data = await policy.sessions.export_session(session)
         return Response(data, media_type=OCTET_STREAM, headers={"x-rlserve-version": policy.version})
@@ -132,6 +134,8 @@ _EXPORTED = "the bytes of GET /v1/models/{name}/sessions/{id} with Accept: appli
 @router.delete("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, responses=_LOOKUP_ERRORS,
                summary="End a session; later use of its id answers 410")
 async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
-    policy, session = await _registry(request).entry(name).lookup(session_id)
+    entry = _registry(request).entry(name)
+    session = await entry.sessions.lookup(session_id)
+    policy = entry.policy_of(session)
     await policy.sessions.end_session(session)
     return _info(policy, session)

@@ -28,7 +28,8 @@ from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.runtime import choose_kind, open_runtime
 from rlserve.service.sessions.base import SessionStore
-from rlserve.service.sessions.redis_store import CachedSessionStore, RedisSessions
+from rlserve.service.sessions.redis_client import RedisSessions
+from rlserve.service.sessions.redis_store import CachedSessionStore
 from rlserve.service.sessions.store import SessionStore as InProcessStore
 from rlserve.service.settings import Settings
 from rlserve.service.step.batch import BatchStep

@@ -64,6 +64,27 @@ async def after_loading(miss: SessionMiss, attempt: Callable[[], T]) -> T:
                            "requests in flight); retry later", headers={"Retry-After": "1"})
 
 
+async def after_loading_all(miss: SessionMiss, attempt: Callable[[], T], reads: int) -> T:
+    """``after_loading`` for an attempt that looks up in several places one after the other
+    (a multi-agent step: its episode, then each policy's sessions), so that each read
+    answers a later lookup than the one that raised it: every read is kept until the
+    attempt succeeds (or ``reads`` reads were not enough: 503), then all are settled."""
+    done: list[SessionMiss] = []
+    try:
+        for _ in range(reads):
+            await miss.load()
+            done.append(miss)
+            try:
+                return attempt()
+            except SessionMiss as again:
+                miss = again
+        raise StoreUnavailable(f"sessions {miss.session_ids!r} could not be held here (the session cache is full "
+                               "of requests in flight); retry later", headers={"Retry-After": "1"})
+    finally:
+        for read in done:
+            read.settle()
+
+
 class SessionStore(Protocol):
     max_sessions: int
     idle_ttl_s: float

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import error_of
 
-from rlserve.service.sessions.redis_store import COMMIT_LUA, VALIDATE_LUA
+from rlserve.service.sessions.redis_scripts import COMMIT_LUA, VALIDATE_LUA
 
 pytestmark = pytest.mark.asyncio
 

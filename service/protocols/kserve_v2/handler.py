@@ -142,10 +142,8 @@ def _version(req: InferRequest, name: str, version: str | None) -> str | None:
 def _target(entry: ModelEntry, version: str | None, options: Options) -> Policy:
     """The version whose tensors the request must match: a live sequence's own version
     (ActService checks it against a pinned one), else the pinned or current one."""
-    session_id = options.session_id
-    if session_id is not None and (not options.start or entry.is_live(session_id)):
-        return entry.find_session(session_id)[0]
-    return entry.policy(version)
+    bound = entry.sessions.target_version(options.session_id, options.start)
+    return entry.policy(version if bound is None else bound)
 
 
 class InputData(Protocol):
