@@ -201,7 +201,7 @@ def _store(settings: Settings) -> list[str]:
     """Ask the store for a PING, within its timeout."""
     import redis
 
-    from rlserve.service.sessions.redis_store import redacted
+    from rlserve.service.sessions.redis_client import redacted
 
     url = settings.session_store
     assert url is not None

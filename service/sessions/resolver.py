@@ -257,13 +257,15 @@ class SessionResolver:
                                  field="session_id", received=session_id)
         store = self.stores.get(version)
         if store is None:
-            return NotReady(f"session {quoted(session_id)} is bound to version {quoted(version)} of model {self.model!r}, "
+            return NotReady(f"session {quoted(session_id)} is bound to version {quoted(version)} of model "
+                            f"{self.model!r}, "
                             f"which this replica has not loaded (loaded: {list(self.stores)}); retry later",
                             field="session_id", expected=version, received=list(self.stores),
                             headers={"Retry-After": "1"})
         try:
             store.adopt(session_id, data)
         except RecordError as exc:
-            return InternalError(f"session {quoted(session_id)} in the store does not fit version {quoted(version)}: {exc}",
+            return InternalError(f"session {quoted(session_id)} in the store does not fit version "
+                                 f"{quoted(version)}: {exc}",
                                  field="session_id", received=session_id)
         return None

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 API = ROOT / "docs" / "api.md"
 # "embedded defaults", "unset", "per bundle", "unset", "unset (off)", "$XDG_CACHE_HOME/..."
-DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "export_cache", "agent_mapping"}
+DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "export_cache",
+                         "agent_mapping"}
 
 
 def _table(path: Path) -> dict[str, str]:
