@@ -32,13 +32,16 @@ class AgentsResult:
 
     @property
     def actions(self) -> dict[str, Any]:
+        """Each acting agent's action, in its action space's JSON structure (finished agents have none)."""
         return {agent: answer["action"] for agent, answer in self.raw["agents"].items() if "action" in answer}
 
     @property
     def policies(self) -> dict[str, str]:
+        """Which policy of the set answered each agent of the request."""
         return {agent: answer["policy"] for agent, answer in self.raw["agents"].items()}
 
     def agent(self, agent_id: str) -> dict[str, Any]:
+        """The whole answer of one agent: ``policy``, ``action``, ``logp`` and the extras asked for."""
         return self.raw["agents"][agent_id]
 
 
@@ -56,18 +59,23 @@ class AgentsClient:
     """A policy set's client (sync, on httpx through ``PolicyClient``'s transport)."""
 
     def __init__(self, base_url: str, model: str, *, explore: bool | None = None, **kwargs: Any):
+        """A client of the policy set ``model`` at ``base_url``; ``explore`` is the default of
+        every step, and ``kwargs`` go to the underlying ``PolicyClient`` (timeouts, retries)."""
         self.model = model
         self.explore = explore
         self._http = PolicyClient(base_url, model, explore=explore, **kwargs)
         self._episodes: dict[str, _AgentsEpisode] = {}
 
     def __enter__(self) -> AgentsClient:
+        """Use it as a context manager; the connection closes on exit."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the connection."""
         self.close()
 
     def close(self) -> None:
+        """Close the HTTP connection (episodes on the server are not ended)."""
         self._http.close()
 
     @property
@@ -93,6 +101,7 @@ class AgentsClient:
         return AgentsResult(self._http._request("POST", self._path, json=body))
 
     def model_info(self) -> dict[str, Any]:
+        """The set's metadata: its agent-to-policy mapping and each member policy."""
         return self._http._request("GET", f"/v1/models/{self.model}", retry_on_timeout=True)
 
     # ------------------------------------------------------------------ the episode API

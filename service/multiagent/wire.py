@@ -14,12 +14,12 @@ and its state ends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from rlserve.service.act.wire import Extra, Seed, _dec_hook, refusal
-from rlserve.service.errors import BadRequest, InvalidJSON
+from rlserve.service.errors import InvalidJSON
 
 
 class AgentStep(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -38,7 +38,7 @@ class AgentStep(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 class AgentsActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """The step of several agents of one environment, each mapped to its policy."""
 
-    agents: dict[str, AgentStep]
+    agents: Annotated[dict[str, AgentStep], msgspec.Meta(min_length=1)]  # at least one agent acts
     # The multi-agent episode (a session of per-agent sessions); none: every agent acts statelessly.
     episode_id: str | None = None
     # True on the first step of an episode: (re)starts it, creating it if unknown.
@@ -101,6 +101,4 @@ def decode_agents_request(body: bytes) -> AgentsActRequest:
     except (UnicodeDecodeError, RecursionError):
         raise InvalidJSON("request body has invalid UTF-8 or is nested too deeply", expected=_EXPECTED,
                           received=f"{len(body)} bytes") from None
-    if not req.agents:
-        raise BadRequest("'agents' is empty", field="agents", expected="at least one agent", received={})
     return req

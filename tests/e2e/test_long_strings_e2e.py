@@ -33,7 +33,7 @@ MAX_ERROR_BODY = 4096
 # More of a string than any error may repeat (errors.MAX_ECHO is 256 characters).
 ECHO = {kind: text[:300].encode() for kind, text in STRINGS.items()}
 MAX_LOG_LINE = 20_000  # a bounded traceback (errors.MAX_TRACEBACK) plus the log line's prefix
-PATH_VALUES = {"name": "cartpole-memory", "version": "1", "session_id": "live"}
+PATH_VALUES = {"name": "cartpole-memory", "version": "1", "session_id": "live", "episode_id": "live"}
 OBS = [0.1, -0.2]
 # A valid body per request schema (the batch form where the field is a batch column).
 BASES: dict[str, Any] = {

@@ -48,7 +48,8 @@ TORCH_SIDE = (
     "models/checkpoint/files.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
-REDIS_SIDE = ("service/sessions/redis_client.py",)
+# The start-up check pings the configured store (service/startup.py, only with a store set).
+REDIS_SIDE = ("service/sessions/redis_client.py", "service/startup.py")
 # The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
 GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
