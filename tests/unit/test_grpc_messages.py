@@ -86,7 +86,8 @@ def test_parameters_inputs_and_outputs_become_the_rest_body():
     assert body.parameters == {"sequence_id": "s-1", "sequence_start": True, "seed": 2 ** 63, "epsilon": 0.1}
     assert body.id == "r" and [o.name for o in body.outputs] == ["logp"]
     assert body.inputs[0].parameters == {"binary_data_size": 24} and raw.name == body.inputs[0].name
-    np.testing.assert_array_equal(data.restart().read(body.inputs[0], ANY_ROWS), np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(data.restart().read(body.inputs[0], ANY_ROWS),
+                                  np.arange(6, dtype=np.float32).reshape(2, 3))
 
     typed = pb.ModelInferRequest(model_name="m")
     tensor = typed.inputs.add(name="mask", datatype="BOOL", shape=[1, 2])
