@@ -37,6 +37,7 @@ from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .masking import FLOAT_MIN, MaskError, apply_action_mask
 from .multi import MultiActionDistribution
+from .squashed_rlmodule import RLModuleSquashedGaussian
 from .registry import (
     UnknownActionDistError,
     get_registered_action_dist,
@@ -70,6 +71,7 @@ __all__ = [
     "EpsilonGreedyQ",
     "MultiActionDistribution",
     "MultiCategorical",
+    "RLModuleSquashedGaussian",
     "SquashedGaussian",
     "UnknownActionDistError",
     "UnsupportedActionSpaceError",

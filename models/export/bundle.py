@@ -221,6 +221,11 @@ class Manifest:
         return self.data.get("source")
 
     @property
+    def connectors(self) -> dict[str, Any] | None:
+        """A new-stack module's connector layout (server and graph stages), or None."""
+        return self.data.get("connectors")
+
+    @property
     def files(self) -> dict[str, dict[str, Any]]:
         return self.data["files"]
 
