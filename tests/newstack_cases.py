@@ -90,10 +90,13 @@ class NewStackCase:
         return out
 
     def observations(self, agent: str | None = None) -> list[Any]:
-        """The raw observations as JSON values (a Dict observation as an object per row)."""
-        obs = self.fixed(agent)["obs"]
+        """The raw observations as JSON values (a Dict observation as an object per row; a
+        multi-agent case's rows ``{agent_id: obs}`` give the agent's)."""
         count = len(self.reference["fixed"]["obs"])
-        return [_row(obs, i) for i in range(count)]
+        fixed = self.fixed(agent)
+        if "obs" in fixed:
+            return [_row(fixed["obs"], i) for i in range(count)]
+        return [row[agent] for row in self.reference["fixed"]["obs"]]
 
 
 def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -132,8 +135,9 @@ def single_agent_ids() -> list[str]:
     return [i for i in case_ids() if not load_case(i).multi_agent]
 
 
-def recurrent_ids() -> list[str]:
-    return [i for i in case_ids() if load_case(i).recurrent and not load_case(i).multi_agent]
+def episode_ids() -> list[str]:
+    """Single-agent cases with a recorded episode (recurrent modules, frame stacks)."""
+    return [i for i in case_ids() if "episode" in load_case(i).reference and not load_case(i).multi_agent]
 
 
 def module_pairs() -> list[tuple[str, str]]:

@@ -19,9 +19,12 @@ CHECKPOINT_MARKER = "rllib_checkpoint.json"
 
 
 def is_checkpoint(path: Path) -> bool:
-    """An RLlib checkpoint directory (algorithm or policy level), not a bundle."""
+    """An RLlib checkpoint directory, not a bundle: an old-stack algorithm or policy directory,
+    or a new-stack algorithm, ``rl_module`` or module directory (``class_and_ctor_args.pkl``)."""
+    from rlserve.models.newstack import is_new_stack
+
     try:
-        return path.is_dir() and (path / CHECKPOINT_MARKER).is_file()
+        return path.is_dir() and ((path / CHECKPOINT_MARKER).is_file() or is_new_stack(path))
     except OSError:  # e.g. a name past NAME_MAX: not a checkpoint (the bundle loader says why)
         return False
 
@@ -45,6 +48,8 @@ def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str |
             "and serve the bundle", field="checkpoint", expected="an installed torch", received=path.name,
         ) from None
     from rlserve.models.checkpoint import CheckpointError
+    from rlserve.models.export.from_rlmodule import RLModuleExportError
+    from rlserve.models.rlmodules.catalog import RLModuleWeightError
     from rlserve.models.rllib_import import WeightImportError
 
     model_name = name or path.resolve().name
@@ -53,11 +58,12 @@ def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str |
         out = Path(tmp.name) / "bundle"
         export_checkpoint(path, out, policy_id=policy_id, name=model_name, formats=("onnx",))
         bundle = load_bundle(out)
-    except (CheckpointError, WeightImportError, BundleError, OSError) as exc:
+    except (CheckpointError, WeightImportError, RLModuleExportError, RLModuleWeightError, BundleError,
+            OSError) as exc:
         tmp.cleanup()
         raise BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="checkpoint",
-                            expected="an RLlib checkpoint directory (rllib_checkpoint.json)",
-                            received=path.name) from exc
+                            expected="an RLlib checkpoint directory (old stack: rllib_checkpoint.json; "
+                            "new stack: class_and_ctor_args.pkl)", received=path.name) from exc
     except BaseException:
         tmp.cleanup()
         raise

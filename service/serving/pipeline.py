@@ -25,6 +25,8 @@ from rlserve.models.filters import MeanStdFilter, NoFilter, filter_from_state
 from rlserve.models.preprocessors import NoPreprocessor, get_preprocessor
 
 OBS_MASK_KEY = "action_mask"  # RLlib's convention for a mask inside a Dict observation
+# The old preprocessors' image options; a Box passed through unchanged reads none of them.
+_NO_IMAGE_OPTIONS = {"dim": 84, "grayscale": False, "zero_mean": True}
 
 
 @dataclass
@@ -65,7 +67,7 @@ class Pipeline:
         return cls(
             obs_space=obs_space,
             action_space=manifest.action_space,
-            preprocessor=NoPreprocessor(obs_space, {}) if plain else stages,
+            preprocessor=NoPreprocessor(obs_space, _NO_IMAGE_OPTIONS) if plain else stages,
             obs_filter=None,
             dist_spec=ActionDistSpec.from_json(manifest.action_dist),
             one_hot_actions=connectors.get("prev_action_encoding") == "one_hot",
