@@ -37,7 +37,6 @@ from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .masking import FLOAT_MIN, MaskError, apply_action_mask
 from .multi import MultiActionDistribution
-from .squashed_rlmodule import RLModuleSquashedGaussian
 from .registry import (
     UnknownActionDistError,
     get_registered_action_dist,
@@ -45,6 +44,7 @@ from .registry import (
     registered_action_dists,
     unregister_action_dist,
 )
+from .squashed_rlmodule import RLModuleSquashedGaussian
 
 __all__ = [
     "FLOAT_MIN",

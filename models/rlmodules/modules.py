@@ -37,7 +37,8 @@ def _lstm_states(prefix: str, encoder: nn.Module) -> StateSpecs:
     return ((f"{prefix}h", (1, encoder.hidden)), (f"{prefix}c", (1, encoder.hidden)))
 
 
-def _run(encoder: nn.Module, obs: torch.Tensor, states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _run(encoder: nn.Module, obs: torch.Tensor,
+         states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     if isinstance(encoder, LSTMEncoder):
         out, h, c = encoder(obs, states[0], states[1])
         return out, [h, c]

@@ -49,8 +49,8 @@ def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str |
         ) from None
     from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.export.from_rlmodule import RLModuleExportError
-    from rlserve.models.rlmodules.catalog import RLModuleWeightError
     from rlserve.models.rllib_import import WeightImportError
+    from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
     model_name = name or path.resolve().name
     tmp = tempfile.TemporaryDirectory(prefix="rlserve-checkpoint-")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from newstack_cases import NewStackCase, load_case, module_pairs, newstack_dir, episode_ids
+from newstack_cases import NewStackCase, episode_ids, load_case, module_pairs, newstack_dir
 
 from rlserve.models.distributions import flatten_actions
 from rlserve.models.export.bundle import Bundle, load_bundle

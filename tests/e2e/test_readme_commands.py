@@ -24,8 +24,10 @@ pytestmark = pytest.mark.e2e
 README = REPO / "README.md"
 DEFAULT_PORT = "127.0.0.1:8000"
 TOKEN = "change-me"
-# A real RLlib checkpoint of a CartPole policy, for the README's `$CHECKPOINT` lines.
+# A real RLlib checkpoint of a CartPole policy, for the README's `$CHECKPOINT` lines, and a
+# new-API-stack one (an LSTM reading previous actions and rewards) for `$RLMODULE_CHECKPOINT`.
 CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_cartpole_msgpack" / "checkpoint"
+RLMODULE_CHECKPOINT = REPO / "tests" / "fixtures" / "newstack" / "ppo_lstm_prev2" / "checkpoint"
 
 
 def readme_blocks() -> list[list[str]]:
@@ -140,11 +142,14 @@ def test_export_and_admin_commands(tmp_path):
         port = _port(url)
         _export_inputs(repo)
         for line in [line for line in readme_lines() if _kind(line) == "export"]:
-            out = _run(line, port, repo, {"CHECKPOINT": str(CHECKPOINT)})
+            out = _run(line, port, repo, {"CHECKPOINT": str(CHECKPOINT),
+                                          "RLMODULE_CHECKPOINT": str(RLMODULE_CHECKPOINT)})
             if line.startswith("rlserve inspect"):
                 assert "Discrete" in out and "sha256" in out.lower()
         assert (repo / "my-policy" / "manifest.json").is_file() and (repo / "my-policy.rlsb").is_file()
         assert json.loads((repo / "my-policy" / "manifest.json").read_text())["source"], "not from the checkpoint"
+        module_source = json.loads((repo / "my-module" / "manifest.json").read_text())["source"]
+        assert module_source["stack"] == "new" and module_source["module_id"] == "default_policy"
         assert (repo / "my-npz-policy" / "manifest.json").is_file()
 
         token_line = next(line for line in readme_lines() if _kind(line) == "admin-env")
