@@ -155,7 +155,8 @@ CASES: dict[str, dict[str, Any]] = {
         "head_fcnet_hiddens": [8], "head_fcnet_use_layernorm": True}},
     "ppo_frame_stack": {"algo": "PPO", "env": "ImageEnv", "env_config": {"shape": [12, 12, 1]},
                         "training": _PPO_SMALL, "model": {"conv_filters": [[4, 4, 2], [4, 3, 2]]},
-                        "connectors": [["FrameStackingEnvToModule", {"num_frames": 3}]]},
+                        "connectors": [["FrameStackingEnvToModule", {"num_frames": 3}]],
+                        "learner_connectors": [["FrameStackingLearner", {"num_frames": 3}]]},
     "ppo_msgpack": {"algo": "PPO", "env": "CartPole-v1", "training": _PPO_SMALL, "msgpack": True,
                     "model": {"fcnet_hiddens": [16, 16]}},
 }
@@ -164,8 +165,21 @@ CASES: dict[str, dict[str, Any]] = {
 def _connector_factory(specs: list[list[Any]]):
     def make(env, spaces, device):
         from ray.rllib.connectors import env_to_module
+        from ray.rllib.connectors.env_to_module import frame_stacking
 
-        return [getattr(env_to_module, name)(**kwargs) for name, kwargs in specs]
+        def build(name, kwargs):
+            return getattr(env_to_module, name, None) or getattr(frame_stacking, name)
+
+        return [build(name, kwargs)(**kwargs) for name, kwargs in specs]
+
+    return make
+
+
+def _learner_factory(specs: list[list[Any]]):
+    def make(obs_space, action_space):
+        from ray.rllib.connectors.learner import frame_stacking
+
+        return [getattr(frame_stacking, name)(**kwargs) for name, kwargs in specs]
 
     return make
 
@@ -184,13 +198,26 @@ def _config(spec: dict[str, Any]):
     config.env_runners(num_env_runners=0,
                        env_to_module_connector=_connector_factory(connectors) if connectors else None)
     config.rl_module(model_config=spec["model"])
-    config.training(**spec["training"])
+    learner = spec.get("learner_connectors")
+    config.training(**spec["training"], **({"learner_connector": _learner_factory(learner)} if learner else {}))
     config.debugging(seed=1234, log_level="ERROR")
     return config
 
 
+def _init_ray() -> None:
+    """A small local Ray, patient with a busy machine (its default start timeout is short)."""
+    import os
+
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+
+
 def train(name: str, out: Path) -> None:
     spec = CASES[name]
+    _init_ray()
     algo = _config(spec).build_algo()
     for _ in range(spec.get("iterations", 2)):
         algo.train()
@@ -303,25 +330,33 @@ class Driver:
             out = self.module.forward_exploration(batch, t=0) if explore else self.module.forward_inference(batch)
             if hasattr(self.module, "compute_values"):
                 record["value"] = _np(self.module.compute_values(batch)).reshape(-1)[0]
-            if hasattr(self.module, "compute_q_values"):
+            if type(self.module).__name__.startswith("DefaultDQN"):
                 qf = self.module.compute_q_values(batch)
                 record["q_values"] = _np(qf["qf_preds"])[0]
         if "action_dist_inputs" in out:
             record["action_dist_inputs"] = _np(out["action_dist_inputs"]).reshape(1, -1)[0]
         if "state_out" in out:
-            record["state_out"] = {k: v[0] for k, v in _np(out["state_out"]).items()} if isinstance(
-                out["state_out"], dict) else None
             record["state_out"] = _unbatch_state(_np(out["state_out"]))
         to_env = self.runner._module_to_env(rl_module=self.module, batch=out, episodes=[episode], explore=explore,
                                             shared_data=shared)
+
+        def first(column: Any) -> Any:
+            """The one env's item of a column: a list per env, or a structure of batched arrays."""
+            if isinstance(column, list | tuple):
+                return column[0]
+            if isinstance(column, dict):
+                return {k: first(v) for k, v in column.items()}
+            return column[0]
+
         actions = to_env.pop("actions")
         for_env = to_env.pop("actions_for_env", actions)
-        record["action"], record["action_for_env"] = _np(actions[0]), _np(for_env[0])
+        record["action"] = _np(first(actions))
+        record["action_for_env"] = _np(first(for_env))
         if "action_logp" in to_env:
             # explore=False: RLlib's deterministic "logp" is zeros shaped like the action.
             logp = _np(to_env["action_logp"][0])
             record["rllib_action_logp"] = float(logp) if logp.ndim == 0 else logp
-        record["_extra"] = {k: v[0] for k, v in to_env.items()}
+        record["_extra"] = {k: first(v) for k, v in to_env.items()}
         return record
 
     def logp(self, dist_inputs: np.ndarray, action: Any) -> float:
@@ -448,6 +483,7 @@ def answer(name: str, out: Path, count: int = 30, steps: int = 30) -> None:
 
     spec = CASES[name]
     checkpoint = out / "checkpoint"
+    _init_ray()
     driver = Driver(checkpoint)
     info = _module_info(driver, checkpoint)
     fixed = _fixed(driver, spec, count)
@@ -486,8 +522,8 @@ def main() -> int:
     args = p.parse_args()
     for name in args.cases or sorted(CASES):
         target = args.out / name
-        if args.stage in ("all", "train"):
-            target.mkdir(parents=True, exist_ok=False)
+        if args.stage in ("all", "train") and not (target / "checkpoint" / "rllib_checkpoint.json").is_file():
+            target.mkdir(parents=True, exist_ok=True)
             train(name, target)
         if args.stage == "all":  # the answers come from a fresh process, as RLlib's users restore
             subprocess.run([sys.executable, __file__, str(args.out), name, "--stage", "answer"], check=True)

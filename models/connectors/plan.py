@@ -121,13 +121,14 @@ def plan_connectors(steps: Sequence[tuple[str, dict[str, Any]]], env_obs_space: 
         if not _flat_box(space):  # the graph appends to a flat row: flatten the observation part first
             stage, space = _server_stage("FlattenObservations", {}, space)
             layout.server.append(stage)
+        assert isinstance(space, gs.Box)  # _flat_box or the flatten stage made it one
         space = _prev_actions_stages(layout, rest, space, env_action_space)
     elif rest:
         space = _frame_stacking_stage(layout, rest, space)
     if not isinstance(space, gs.Box):
         raise _refuse(f"the pipeline ends in a {type(space).__name__} observation; RLlib's default modules read "
                       "a Box (add FlattenObservations)")
-    layout.obs_shape = tuple(int(d) for d in _graph_input(layout, space).shape)
+    layout.obs_shape = tuple(int(d) for d in _graph_input(layout, space).shape or ())
     layout.module_obs_shape = tuple(int(d) for d in space.shape)
     if not isinstance(module_obs_space, gs.Box) or tuple(module_obs_space.shape) != layout.module_obs_shape:
         raise _refuse(f"the connectors produce observations of shape {list(layout.module_obs_shape)}, but the "

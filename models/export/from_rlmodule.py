@@ -92,8 +92,8 @@ def export_rlmodule(
         say(f"building {ckpt.module_class.rpartition('.')[2]} ({ckpt.kind}) for module {ckpt.module_id!r}")
         connectors = {**layout.to_json(), "normalize_actions": ckpt.normalize_actions,
                       "clip_actions": ckpt.clip_actions}
-        model = build_rlmodule_policy(ckpt.kind, ckpt.observation_space.shape, ckpt.model_config, dist, connectors,
-                                      layout.prev["action_width"])
+        model = build_rlmodule_policy(ckpt.kind, tuple(ckpt.observation_space.shape or ()), ckpt.model_config, dist,
+                                      connectors, layout.prev["action_width"])
     except (ConnectorPlanError, ValueError) as exc:
         raise RLModuleExportError(f"module {ckpt.module_id!r} ({ckpt.module_class}): {exc}") from None
     load_rlmodule_weights(model, ckpt.weights, ckpt.kind)

@@ -39,8 +39,9 @@ def module_kind(module_class: str, catalog_class: str | None, where: str) -> str
             f"{where}: the RLModule class {module_class} is not one of RLlib's default modules "
             f"({', '.join(name.rpartition('.')[2] for name in DEFAULT_MODULES)}), so its architecture is code, "
             "not data in the checkpoint. To serve it, register a torch model with rlserve that computes the same "
-            "outputs (docs/custom_models.md), load the module_state weights into it and export it with "
-            "`rlserve export --obs-space ... --action-space ... --config ... --weights ...`"
+            "outputs under the same parameter names (a custom model, docs/custom_models.md) and export it with its "
+            "weights: `rlserve export --obs-space ... --action-space ... --config ... --weights "
+            "<module dir>/module_state.pkl --out ...`"
         )
     kind, catalogs = known
     if catalog_class is not None and catalog_class not in catalogs:

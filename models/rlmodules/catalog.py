@@ -22,7 +22,7 @@ import torch
 from rlserve.models.distributions import ActionDistSpec
 from rlserve.models.newstack.dists import is_diag_gaussian
 from rlserve.models.rlmodules.graph import ConnectorGraph
-from rlserve.models.rlmodules.modules import ActorCriticModule, DQNModule, SACPolicyModule
+from rlserve.models.rlmodules.modules import ActorCriticModule, DQNModule, RLModuleNet, SACPolicyModule
 from rlserve.models.rlmodules.policy import RLModulePolicy
 
 __all__ = ["TRAINING_ONLY_PREFIXES", "RLModuleWeightError", "build_rlmodule_policy", "load_rlmodule_weights"]
@@ -43,7 +43,7 @@ def build_rlmodule_policy(kind: str, module_obs_shape: Sequence[int], model_conf
                           dist: ActionDistSpec, connectors: Mapping[str, Any], action_width: int) -> RLModulePolicy:
     """The ``RLModulePolicy`` for a module of ``kind`` (see the module docstring)."""
     if kind == "ppo":
-        module: torch.nn.Module = ActorCriticModule(module_obs_shape, model_config, dist.num_outputs,
+        module: RLModuleNet = ActorCriticModule(module_obs_shape, model_config, dist.num_outputs,
                                                     diag_gaussian=is_diag_gaussian(dist))
     elif kind == "dqn":
         module = DQNModule(module_obs_shape, model_config, dist.num_outputs)

@@ -99,7 +99,7 @@ def _feedforward(obs_shape: Sequence[int], config: Mapping[str, Any]) -> MLPEnco
                      "connector or serve a custom model")
 
 
-def build_encoder(obs_shape: Sequence[int], config: Mapping[str, Any]) -> nn.Module:
+def build_encoder(obs_shape: Sequence[int], config: Mapping[str, Any]) -> MLPEncoder | CNNEncoder | LSTMEncoder:
     """The default encoder for the module's (Box) observation shape; see the module docstring."""
     if config.get("use_lstm"):
         return LSTMEncoder(obs_shape, config)

@@ -30,6 +30,9 @@ __all__ = ["ConnectorGraph"]
 
 
 class _GraphFilter(nn.Module):
+    mean: torch.Tensor
+    denom: torch.Tensor
+
     def __init__(self, state: Mapping[str, Any]):
         super().__init__()
         filt = MeanStdFilter.from_state(state)
@@ -58,7 +61,7 @@ class ConnectorGraph(nn.Module):
         flatten = next((s for s in stages if s["class"] == "FlattenObservations"), None)
         self.keys = list(flatten["keys"]) if flatten else []
         filters = [s for s in stages if s["class"] == "MeanStdFilter"]
-        self.filter = _GraphFilter(filters[0]["filter"]) if filters else None
+        self.mean_std = _GraphFilter(filters[0]["filter"]) if filters else None
         frames = next((s for s in stages if s["class"] == "FrameStacking"), None)
         self.num_frames = int(frames["num_frames"]) if frames else 0
         self.frame_shape = tuple(int(d) for d in frames["frame_shape"]) if frames else ()
@@ -83,8 +86,8 @@ class ConnectorGraph(nn.Module):
             if prev_rewards is not None:
                 parts["prev_n_rewards"] = prev_rewards.reshape(obs.shape[0], -1)
             x = torch.cat([parts[k] for k in self.keys if k in parts], dim=1)
-        if self.filter is not None:
-            x = self.filter(x)
+        if self.mean_std is not None:
+            x = self.mean_std(x)
         frames_out = None
         if frames is not None:
             stacked = torch.cat([frames, x], dim=-1)

@@ -115,6 +115,8 @@ def _pair(value: Any) -> tuple[int, int]:
 class MLPHead(nn.Module):
     """``net`` (hidden layers + linear output), clamping a DiagGaussian's log_std half."""
 
+    log_std_clip_param_const: torch.Tensor
+
     def __init__(self, input_dim: int, hidden_dims: Sequence[int], activation: Any, layernorm: bool,
                  output_dim: int, clip_log_std: bool = False, log_std_clip_param: float = 20.0):
         super().__init__()
@@ -135,6 +137,8 @@ class MLPHead(nn.Module):
 class FreeLogStdMLPHead(nn.Module):
     """Means from ``net``; ``log_std`` is a parameter, clamped and tiled over the batch."""
 
+    log_std_clip_param_const: torch.Tensor
+
     def __init__(self, input_dim: int, hidden_dims: Sequence[int], activation: Any, layernorm: bool,
                  output_dim: int, clip_log_std: bool = True, log_std_clip_param: float = 20.0):
         super().__init__()
@@ -148,7 +152,7 @@ class FreeLogStdMLPHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = self.net(x)
-        log_std = self.log_std
+        log_std: torch.Tensor = self.log_std
         if self.clip_log_std:
             bound = self.log_std_clip_param_const
             log_std = torch.clamp(log_std, -bound, bound)

@@ -23,12 +23,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlserve.models.rlmodules.encoders import LSTMEncoder, build_encoder
+from rlserve.models.rlmodules.encoders import CNNEncoder, LSTMEncoder, MLPEncoder, build_encoder
 from rlserve.models.rlmodules.layers import FreeLogStdMLPHead, MLPHead
 
-__all__ = ["ActorCriticModule", "DQNModule", "SACPolicyModule"]
+__all__ = ["ActorCriticModule", "DQNModule", "RLModuleNet", "SACPolicyModule"]
 
 StateSpecs = tuple[tuple[str, tuple[int, ...]], ...]
+Encoder = MLPEncoder | CNNEncoder | LSTMEncoder
+
+
+class RLModuleNet(nn.Module):
+    """What the modules below share: one step, and the names and shapes of their state."""
+
+    state_specs: StateSpecs = ()
 
 
 def _lstm_states(prefix: str, encoder: nn.Module) -> StateSpecs:
@@ -59,27 +66,28 @@ class _ActorCriticEncoder(nn.Module):
         super().__init__()
         self.shared = bool(config["vf_share_layers"])
         if self.shared:
-            self.encoder = build_encoder(obs_shape, config)
+            encoder: Encoder = build_encoder(obs_shape, config)
+            self.encoder = encoder
+            self.state_specs = _lstm_states("", encoder)
         else:
-            self.actor_encoder = build_encoder(obs_shape, config)
-            self.critic_encoder = build_encoder(obs_shape, config)
+            actor: Encoder = build_encoder(obs_shape, config)
+            critic: Encoder = build_encoder(obs_shape, config)
+            self.actor_encoder, self.critic_encoder = actor, critic
+            self.state_specs = _lstm_states("actor/", actor) + _lstm_states("critic/", critic)
+            encoder = actor
+        self.latent = int(encoder.output_dim)
 
 
-class ActorCriticModule(nn.Module):
+class ActorCriticModule(RLModuleNet):
     def __init__(self, obs_shape: Sequence[int], config: Mapping[str, Any], num_outputs: int,
                  diag_gaussian: bool):
         super().__init__()
         self.encoder = _ActorCriticEncoder(obs_shape, config)
-        first = self.encoder.encoder if self.encoder.shared else self.encoder.actor_encoder
-        latent = int(first.output_dim)
+        latent = self.encoder.latent
         self.pi = _head(latent, config, num_outputs, clip_log_std=diag_gaussian)
         self.vf = MLPHead(latent, config["head_fcnet_hiddens"], config["head_fcnet_activation"],
                           bool(config["head_fcnet_use_layernorm"]), 1)
-        if self.encoder.shared:
-            self.state_specs = _lstm_states("", first)
-        else:
-            self.state_specs = (_lstm_states("actor/", first)
-                                + _lstm_states("critic/", self.encoder.critic_encoder))
+        self.state_specs = self.encoder.state_specs
 
     def forward(self, obs: torch.Tensor, states: Sequence[torch.Tensor]):
         enc = self.encoder
@@ -97,20 +105,21 @@ def _no_value(x: torch.Tensor) -> torch.Tensor:
     return torch.full_like(x[:, 0], float("nan"))
 
 
-class DQNModule(nn.Module):
+class DQNModule(RLModuleNet):
     def __init__(self, obs_shape: Sequence[int], config: Mapping[str, Any], n_actions: int):
         super().__init__()
         if int(config.get("num_atoms", 1)) != 1:
             raise ValueError(f"num_atoms={config.get('num_atoms')}: distributional Q-heads are not served "
                              "(their answer is a return distribution per action)")
-        self.encoder = build_encoder(obs_shape, config)
+        encoder: Encoder = build_encoder(obs_shape, config)
+        self.encoder = encoder
         self.dueling = bool(config.get("dueling", True))
-        latent = int(self.encoder.output_dim)
+        latent = int(encoder.output_dim)
         # DQNCatalog._get_head_config never passes head_fcnet_use_layernorm.
         self.af = _head(latent, {**config, "free_log_std": False}, n_actions, layernorm=False)
         if self.dueling:
             self.vf = _head(latent, {**config, "free_log_std": False}, 1, layernorm=False)
-        self.state_specs = _lstm_states("", self.encoder)
+        self.state_specs = _lstm_states("", encoder)
 
     def forward(self, obs: torch.Tensor, states: Sequence[torch.Tensor]):
         latent, out = _run(self.encoder, obs, states)
@@ -122,12 +131,14 @@ class DQNModule(nn.Module):
         return q, _no_value(q), out
 
 
-class SACPolicyModule(nn.Module):
+class SACPolicyModule(RLModuleNet):
     def __init__(self, obs_shape: Sequence[int], config: Mapping[str, Any], num_outputs: int):
         super().__init__()
-        self.pi_encoder = build_encoder(obs_shape, config)
-        self.pi = _head(int(self.pi_encoder.output_dim), config, num_outputs)
-        self.state_specs = _lstm_states("", self.pi_encoder)
+        encoder: Encoder = build_encoder(obs_shape, config)
+        self.pi_encoder = encoder
+        # SACCatalog builds the pi head without head_fcnet_use_layernorm.
+        self.pi = _head(int(encoder.output_dim), config, num_outputs, layernorm=False)
+        self.state_specs = _lstm_states("", encoder)
 
     def forward(self, obs: torch.Tensor, states: Sequence[torch.Tensor]):
         latent, out = _run(self.pi_encoder, obs, states)

@@ -20,6 +20,7 @@ from torch import nn
 
 from rlserve.models.interface import ModelSignature, PrevSpec, StateSpec
 from rlserve.models.rlmodules.graph import ConnectorGraph
+from rlserve.models.rlmodules.modules import RLModuleNet
 
 __all__ = ["RLModulePolicy"]
 
@@ -27,28 +28,30 @@ __all__ = ["RLModulePolicy"]
 class RLModulePolicy(nn.Module):
     rllib_prefix_map = {"module.": ""}
 
-    def __init__(self, module: nn.Module, graph: ConnectorGraph, obs_shape: Sequence[int], num_outputs: int,
+    def __init__(self, module: RLModuleNet, graph: ConnectorGraph, obs_shape: Sequence[int], num_outputs: int,
                  action_width: int):
         super().__init__()
         self.module = module
-        self.graph = graph
+        self._state_specs = module.state_specs
+        # Not named ``graph``: an exported GraphModule has an attribute of that name.
+        self.connectors = graph
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.num_outputs = int(num_outputs)
         self.action_width = int(action_width)
-        self._module_states = len(module.state_specs)
+        self._module_states = len(self._state_specs)
 
     def signature(self) -> ModelSignature:
-        states = [StateSpec(name, tuple(shape)) for name, shape in self.module.state_specs]
-        frames = self.graph.frame_state_shape
+        states = [StateSpec(name, tuple(shape)) for name, shape in self._state_specs]
+        frames = self.connectors.frame_state_shape
         if frames is not None:
             states.append(StateSpec("frames", frames))
-        graph = self.graph
+        graph = self.connectors
         prev = PrevSpec(graph.n_prev_actions, graph.n_prev_rewards,
                         self.action_width if graph.n_prev_actions else 0, windowed=True)
         return ModelSignature(obs_shape=self.obs_shape, num_outputs=self.num_outputs, state=tuple(states), prev=prev)
 
     def forward(self, obs: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        graph = self.graph
+        graph = self.connectors
         n_states = self._module_states + (graph.frame_state_shape is not None)
         states, prev = list(rest[:n_states]), list(rest[n_states:])
         frames = states.pop() if graph.frame_state_shape is not None else None

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces as gs
 from newstack_cases import NewStackCase, episode_ids, load_case, module_pairs, newstack_dir
 
 from rlserve.models.distributions import flatten_actions
@@ -128,10 +129,24 @@ def _close(actual: Any, expected: Any, what: str) -> None:
                                rtol=RTOL, atol=ATOL, err_msg=what)
 
 
+def _at(value: Any, i: int) -> Any:
+    """Row ``i`` of a recorded field (a Dict action is recorded per key)."""
+    if isinstance(value, dict):
+        return {k: _at(v, i) for k, v in value.items()}
+    return value[i]
+
+
+def _leaves(value: Any) -> np.ndarray:
+    """A recorded action's leaves in RLlib's flat order (Dict keys sorted)."""
+    if isinstance(value, dict):
+        return np.concatenate([_leaves(value[k]) for k in sorted(value)])
+    return np.ravel(np.asarray(value, np.float64))
+
+
 def _same_action(space: Any, actual: Any, recorded: Any, what: str) -> None:
     got = flatten_actions(space, actual)[0]
-    want = np.ravel(np.asarray(recorded, np.float64))
-    if np.dtype(getattr(space, "dtype", np.int64)).kind == "f":
+    want = _leaves(recorded)
+    if isinstance(space, gs.Box) and np.dtype(space.dtype).kind == "f" or isinstance(space, gs.Dict | gs.Tuple):
         _close(got, want, what)
     else:
         np.testing.assert_array_equal(got, want, err_msg=what)
@@ -174,8 +189,9 @@ def _check_fixed(served: ServedBundle, got: dict[str, Any], fixed: dict[str, Any
         _close(got["obs"].ravel(), np.ravel(fixed["connector_out"]["obs"][i]), f"{where}: module input")
     reference_inputs = fixed["q_values"] if "q_values" in fixed else fixed["action_dist_inputs"]
     _close(got["dist_inputs"], reference_inputs[i], f"{where}: dist inputs")
-    _same_action(space, got["action"], fixed["action"][i], f"{where}: deterministic action")
-    _same_action(space, served.for_env(got["action"]), fixed["action_for_env"][i], f"{where}: action for the env")
+    _same_action(space, got["action"], _at(fixed["action"], i), f"{where}: deterministic action")
+    _same_action(space, served.for_env(got["action"]), _at(fixed["action_for_env"], i),
+                 f"{where}: action for the env")
     if "logp" in fixed:
         _close(got["dist"].logp(got["action"])[0], fixed["logp"][i], f"{where}: logp")
     if "value" in fixed:
