@@ -10,7 +10,8 @@ Each case folder gets the layout of ``shared/oracle/newstack/<case>/`` (its READ
 describes it; tests/newstack_cases.py reads both), with the fields the tests use:
 
     checkpoint/        the Algorithm checkpoint as RLlib wrote it (``save_to_path``; with
-                       ``use_msgpack`` for the msgpack case)
+                       ``use_msgpack`` for the msgpack case), this repository's absolute path
+                       in the pickles replaced by a relative one of the same length
     reference.json     case, algo, env, multi_agent, module_ids, recurrent, versions,
                        model_config_overrides, env_to_module_user_connectors,
                        normalize_actions, clip_actions, msgpack_checkpoint,
@@ -223,6 +224,19 @@ def train(name: str, out: Path) -> None:
         algo.train()
     algo.save_to_path(str((out / "checkpoint").resolve()), use_msgpack=bool(spec.get("msgpack")))
     algo.stop()
+    scrub_paths(out / "checkpoint")
+
+
+def scrub_paths(checkpoint: Path) -> None:
+    """Replace this repository's absolute path inside the pickles (the co_filename of the
+    connector factories cloudpickled by value) by a relative one of the same length, so a
+    fixture names no local directory and every pickle stays valid."""
+    prefix = (str(Path(__file__).resolve().parents[1]) + "/").encode()
+    relative = b"./" * (len(prefix) // 2) + b"/" * (len(prefix) % 2)
+    for path in checkpoint.rglob("*.pkl"):
+        data = path.read_bytes()
+        if prefix in data:
+            path.write_bytes(data.replace(prefix, relative))
 
 
 # --------------------------------------------------------------------------- JSON helpers
@@ -507,8 +521,32 @@ def answer(name: str, out: Path, count: int = 30, steps: int = 30) -> None:
     for key, values in fixed.items():
         _flat_keys(f"fixed/{key}", _stack(values), arrays)
     np.savez_compressed(out / "reference.npz", **arrays)
-    (out / "reference.json").write_text(json.dumps(_jsonable(reference)))
+    (out / "reference.json").write_text(json.dumps(externalize(_jsonable(reference))))
     driver.algo.stop()
+
+
+def externalize(reference: dict[str, Any], limit: int = 200) -> dict[str, Any]:
+    """Rows of ``fixed`` with more than ``limit`` numbers (images) are left to reference.npz:
+    ``"see reference.npz: fixed/<field>[/<key>]"`` per row, as the shared cases do; an
+    episode's module inputs that large are not kept."""
+
+    def size(value: Any) -> int:
+        if isinstance(value, dict):
+            return sum(size(v) for v in value.values())
+        return int(np.asarray(value).size)
+
+    def refer(value: list[Any], key: str) -> Any:
+        if value and isinstance(value[0], dict):
+            return {k: refer([row[k] for row in value], f"{key}/{k}") for k in value[0]}
+        return [f"see reference.npz: {key}"] * len(value)
+
+    for field, rows in reference["fixed"].items():
+        if isinstance(rows, list) and rows and not isinstance(rows[0], str) and size(rows[0]) > limit:
+            reference["fixed"][field] = refer(rows, f"fixed/{field}")
+    episode = reference.get("episode")
+    if episode and episode.get("connector_out") and size(episode["connector_out"][0]) > limit:
+        del episode["connector_out"]  # stacked images: what the module saw follows from obs and the state
+    return reference
 
 
 _USER_MODULES = ("mean_std_filter", "flatten_observations", "prev_actions_prev_rewards", "frame_stacking")
