@@ -65,7 +65,7 @@ class ConnectorLayout:
         return {"user_connectors": list(self.user_connectors), "server": self.server, "graph": self.graph,
                 "obs_shape": list(self.obs_shape), "module_obs_shape": list(self.module_obs_shape),
                 # previous actions are kept per session as RLlib's one-hot rows (zeros: none yet)
-                "prev_action_encoding": "one_hot"}
+                "prev_action_encoding": "one_hot" if self.prev["n_prev_actions"] else None}
 
 
 def _refuse(message: str) -> ConnectorPlanError:

@@ -70,7 +70,8 @@ class Pipeline:
             preprocessor=NoPreprocessor(obs_space, _NO_IMAGE_OPTIONS) if plain else stages,
             obs_filter=None,
             dist_spec=ActionDistSpec.from_json(manifest.action_dist),
-            one_hot_actions=connectors.get("prev_action_encoding") == "one_hot",
+            one_hot_actions=(connectors.get("prev_action_encoding") == "one_hot"
+                             and isinstance(manifest.action_space, gs.Discrete)),
             obs_mask_key=None,
         )
 
