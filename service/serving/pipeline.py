@@ -20,6 +20,7 @@ from gymnasium import spaces as gs
 from rlserve.models.connectors import ConnectorPipeline
 from rlserve.models.distributions import ActionDistSpec
 from rlserve.models.distributions import actions as action_utils
+from rlserve.models.distributions.structure import leaf_spaces
 from rlserve.models.export.bundle import Manifest
 from rlserve.models.filters import MeanStdFilter, NoFilter, filter_from_state
 from rlserve.models.preprocessors import NoPreprocessor, get_preprocessor
@@ -43,6 +44,9 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self._identity = self.passes_through
+        # Unsquashing and clipping touch float Box leaves only; without one they change nothing.
+        self.bounds_apply = any(isinstance(s, gs.Box) and not action_utils.is_int_box(s)
+                                for s in leaf_spaces(self.action_space))
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> Pipeline:
