@@ -14,11 +14,13 @@ one. It exports them itself (connectors read from the checkpoint) and is asked:
 
 A second server serves one recurrent case exported with ``rlserve export`` from a
 repository, its sessions in a real redis-server, and steps the episode over the Open
-Inference Protocol (KServe v2); ``rlserve inspect`` names the stack and the module.
+Inference Protocol (KServe v2); ``rlserve inspect`` names the stack and the module, and the
+checkpoint itself loads over the admin API.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,19 @@ def test_episode_over_http_in_a_session(server: httpx.Client, case_id: str) -> N
 
 # --------------------------------------------------------------------------- exported, Redis, KServe v2
 
+def _load_checkpoint_over_the_admin_api(client: httpx.Client, case: NewStackCase, repo: Path) -> None:
+    """A new-stack checkpoint copied into the repository loads over the admin API (exported in
+    the server) and answers RLlib's first fixed observation."""
+    shutil.copytree(case.checkpoint, repo / "from-checkpoint", copy_function=shutil.copyfile)
+    headers = {"Authorization": "Bearer t"}
+    loaded = client.post("/v1/admin/models", json={"path": "from-checkpoint"}, headers=headers, timeout=600)
+    assert loaded.status_code == 201, loaded.text
+    fixed = case.fixed()
+    got = _act(client, loaded.json()["name"], {"observation": case.observations()[0], "explore": False,
+                                               "outputs": ["dist_inputs"]})
+    _close(got["dist_inputs"], fixed["action_dist_inputs"][0], "admin-loaded checkpoint: dist inputs")
+
+
 def _kserve_inputs(obs: Any, t: int, episode: dict[str, Any], prev: Any) -> list[dict[str, Any]]:
     arr = np.asarray(obs, np.float32)[None]
     inputs = [{"name": "obs", "datatype": "FP32", "shape": list(arr.shape), "data": arr.ravel().tolist()}]
@@ -180,8 +195,11 @@ def test_an_exported_bundle_steps_an_episode_over_kserve_v2_with_sessions_in_red
     assert shown.returncode == 0 and "RLlib new API stack (RLModule): module 'default_policy'" in shown.stdout
     episode = case.reference["episode"]
     prev = load_bundle(out).manifest.signature.prev
-    env = {"RLSERVE_REPOSITORY": str(repo), "RLSERVE_SESSION_STORE": redis_server.url}
+    env = {"RLSERVE_REPOSITORY": str(repo), "RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_ADMIN_TOKEN": "t"}
     with running_server([], env=env) as url, httpx.Client(base_url=url, timeout=60) as client:
+        metadata = client.get("/v2/models/policy").json()
+        assert {i["name"] for i in metadata["inputs"]} >= {"obs"}, metadata
+        _load_checkpoint_over_the_admin_api(client, case, repo)
         for t, obs in enumerate(episode["obs"]):
             body = {"inputs": _kserve_inputs(obs, t, episode, prev),
                     "outputs": [{"name": "dist_inputs"}, {"name": "value"}],
