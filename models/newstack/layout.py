@@ -103,7 +103,8 @@ def _pick(rl_module_dir: Path, module_id: str | None, shown: Path) -> Path:
         )
     if module_id is None:
         if len(ids) > 1:
-            raise CheckpointError(f"{shown}: holds modules {ids}; pass --module-id (or --policy-id) to pick one")
+            raise CheckpointError(f"{shown}: holds modules {ids}; pass --module-id (or --policy-id) to pick one, "
+                                  f"or give one module's directory ({rl_module_dir}/<module_id>)")
         module_id = ids[0]
     if module_id not in ids:
         raise CheckpointError(f"{shown}: no module {module_id!r}; available: {ids}")
