@@ -25,7 +25,7 @@ from typing import Any
 
 from rlserve.models.checkpoint.errors import CheckpointError
 
-__all__ = ["ModuleFiles", "is_new_stack", "locate_module", "module_ids", "read_metadata"]
+__all__ = ["ModuleFiles", "algorithm_root", "is_new_stack", "locate_module", "module_ids", "read_metadata"]
 
 CTOR_FILE = "class_and_ctor_args.pkl"
 MODULE_STATE = ("module_state.pkl", "module_state.msgpack")
@@ -118,6 +118,17 @@ def _algorithm_of(module_dir: Path) -> Path | None:
         return None
     root = rl_module.parent.parent.parent
     return root if (root / CTOR_FILE).is_file() and rl_module.parent.parent.name == "learner_group" else None
+
+
+def algorithm_root(path: str | Path) -> Path | None:
+    """The algorithm directory a new-stack module or ``rl_module`` directory belongs to (its
+    connectors live there), the path itself for an algorithm directory, else None."""
+    path = Path(path)
+    if (path / RL_MODULE_DIR).is_dir():
+        return path
+    if path.name == RL_MODULE_DIR.name:
+        return _algorithm_of(path / "_")
+    return _algorithm_of(path)
 
 
 def _connector_dir(algorithm: Path | None, name: str) -> Path | None:

@@ -48,12 +48,13 @@ TORCH_SIDE = (
     "models/checkpoint/files.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
-REDIS_SIDE = ("service/sessions/redis_store.py",)
+REDIS_SIDE = ("service/sessions/redis_client.py",)
 # The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
 GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
-OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"}}
+OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
+                   "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"}}
 
 
 def _normalize(name: str) -> str:

@@ -9,6 +9,7 @@
 - Only the routers and the app factory import FastAPI.
 - Other wire protocols (``service/protocols``) sit on the act use case without FastAPI;
   the request edge and the layers below it never import them.
+- Policy sets (``service/multiagent``) sit on the act use case the same way.
 
 Serving ONNX bundles without torch is checked by running the server in a subprocess
 (tests/service/test_svc_torch_free.py).
@@ -84,7 +85,9 @@ RULES = [
     ("sessions never import the request edge, the routers or the step layer", "service/sessions", None,
      ("rlserve.service.act", "rlserve.service.api", "rlserve.service.step", "fastapi", "starlette")),
     ("the request edge is framework-free (no FastAPI)", "service/act", None,
-     ("fastapi", "rlserve.service.protocols")),
+     ("fastapi", "rlserve.service.protocols", "rlserve.service.multiagent")),
+    ("policy sets sit on the act use case, framework-free", "service/multiagent", None,
+     ("rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols", "fastapi", "starlette")),
     ("other wire protocols sit on the act use case, framework-free", "service/protocols", None,
      ("rlserve.service.api", "rlserve.service.app", "fastapi", "starlette")),
 ]
