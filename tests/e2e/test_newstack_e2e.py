@@ -52,13 +52,16 @@ def _checkpoint_arg(case: NewStackCase, module_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory: pytest.TempPathFactory):
     pairs = module_pairs()
     if not pairs:
         pytest.fail(f"no new-stack cases found: set RLSERVE_NEWSTACK_DIR (looked in {newstack_dir()})")
     args = [a for case_id, module_id in pairs
             for a in ("--checkpoint", _checkpoint_arg(load_case(case_id), module_id))]
-    with running_server(args, start_timeout=60.0 * len(pairs)) as url, \
+    # An export cache of its own: every module is exported by this server, not read from a
+    # cache an earlier run left (nor written into the user's).
+    env = {"RLSERVE_EXPORT_CACHE": str(tmp_path_factory.mktemp("export-cache"))}
+    with running_server(args, env=env, start_timeout=60.0 * len(pairs)) as url, \
             httpx.Client(base_url=url, timeout=120) as client:
         yield client
 
@@ -195,7 +198,8 @@ def test_an_exported_bundle_steps_an_episode_over_kserve_v2_with_sessions_in_red
     assert shown.returncode == 0 and "RLlib new API stack (RLModule): module 'default_policy'" in shown.stdout
     episode = case.reference["episode"]
     prev = load_bundle(out).manifest.signature.prev
-    env = {"RLSERVE_REPOSITORY": str(repo), "RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_ADMIN_TOKEN": "t"}
+    env = {"RLSERVE_REPOSITORY": str(repo), "RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_ADMIN_TOKEN": "t",
+           "RLSERVE_EXPORT_CACHE": str(tmp_path / "export-cache")}
     with running_server([], env=env) as url, httpx.Client(base_url=url, timeout=60) as client:
         metadata = client.get("/v2/models/policy").json()
         assert {i["name"] for i in metadata["inputs"]} >= {"obs"}, metadata
