@@ -190,3 +190,18 @@ def test_a_custom_module_class_is_refused_naming_it_and_how_to_serve_it(tmp_path
         read_module_checkpoint(root)
     assert "docs/custom_models.md" in str(info.value)
     assert original["class"] is not None  # the file really held a class reference before
+
+
+def test_the_export_cache_key_of_a_module_covers_its_algorithms_connectors(tmp_path: Path) -> None:
+    """A served module directory is exported with the connectors of the algorithm around it,
+    so a change there must give another kept export."""
+    from rlserve.service.serving.export_cache import export_key
+
+    root = _copy(_first_single_agent(), tmp_path)
+    module_dir = next(p for p in (root / RL_MODULE_DIR).iterdir() if p.is_dir())
+    before = [export_key(path, "m", None) for path in (root, root / RL_MODULE_DIR, module_dir)]
+    assert len(set(before)) == 3  # the folder served is part of the key
+    pipeline = root / "env_runner" / "module_to_env_connector" / "state.pkl"
+    pipeline.write_bytes(pipeline.read_bytes() + b"\n")
+    after = [export_key(path, "m", None) for path in (root, root / RL_MODULE_DIR, module_dir)]
+    assert all(a != b for a, b in zip(before, after, strict=True))
