@@ -1,9 +1,12 @@
-"""A traced module's device literals follow the device it is served on.
+"""A traced module's graphs are rewritten for the device it is served on.
 
 ``torch.jit.trace`` bakes ``device=x.device`` in as the CPU; on CUDA those tensors would
 stay on the CPU and the first op mixing them with the inputs would fail. Retargeted here
 to the ``meta`` device (no GPU needed): the literals must now make meta tensors, which the
-module then refuses to mix with its CPU inputs, proving the rewrite reaches execution."""
+module then refuses to mix with its CPU inputs, proving the rewrite reaches execution.
+
+It also bakes TF32 into every convolution (``allow_tf32`` true), which on an H100 put a
+VisionNet 20x outside the export tolerance; the rewrite clears that flag and nothing else."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import pytest
 import svc_bundles
 
 from rlserve.models.export.bundle import load_bundle
-from rlserve.service.serving.runtime.torchscript import retarget_devices
+from rlserve.service.serving.runtime.traced_graph import exact_convolutions, retarget_devices
 
 torch = pytest.importorskip("torch")
 
@@ -25,7 +28,7 @@ def traced(tmp_path_factory) -> dict[str, Path]:
     from rlserve.models.export.exporter import export_bundle
 
     out = {}
-    for name in ("gtrxl", "mlp"):
+    for name in ("gtrxl", "mlp", "image"):
         spec = svc_bundles.SPECS[name]
         root = tmp_path_factory.mktemp(name)
         export_bundle(svc_bundles.build_model(name), obs_space=spec["obs"], action_space=spec["act"],
@@ -59,3 +62,33 @@ def test_a_module_without_device_literals_is_left_alone(traced):
     assert retarget_devices(module, "meta") == 0
     for got, want in zip(module(*inputs), expected, strict=True):
         assert torch.equal(got, want)
+
+
+def _convolution_flags(module) -> list[list[object]]:
+    """(benchmark, deterministic, cudnn_enabled, allow_tf32) of every traced convolution."""
+    flags = []
+    for submodule in module.modules():
+        try:
+            graph = submodule._c._get_method("forward").graph
+        except RuntimeError:
+            continue
+        flags += [[i.toIValue() for i in list(n.inputs())[9:]] for n in graph.nodes()
+                  if n.kind() == "aten::_convolution"]
+    return flags
+
+
+def test_traced_convolutions_lose_tf32_and_keep_everything_else(traced):
+    module, inputs = _load(traced["image"])
+    flags = _convolution_flags(module)
+    assert flags and all(f[3] is True for f in flags), flags  # as torch.jit.trace records them
+    assert exact_convolutions(module) == len(flags)
+    assert _convolution_flags(module) == [[*f[:3], False] for f in flags]  # cuDNN stays enabled
+    assert exact_convolutions(module) == 0
+    plain, _ = _load(traced["image"])
+    for got, want in zip(module(*inputs), plain(*inputs), strict=True):
+        assert torch.equal(got, want)  # on the CPU the flag changes no result
+
+
+def test_a_module_without_convolutions_has_none_to_change(traced):
+    module, _ = _load(traced["mlp"])
+    assert exact_convolutions(module) == 0

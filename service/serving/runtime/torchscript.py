@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from rlserve.service.serving.runtime.device import DeviceRequest, Placement, torch_placement
 from rlserve.service.serving.runtime.staging import HostStaging
+from rlserve.service.serving.runtime.traced_graph import exact_convolutions, retarget_devices
 
 log = logging.getLogger("rlserve.runtime")
 # Inputs may be read-only views of a request body (binary tensor data); the module only
@@ -33,39 +33,10 @@ def _placement(torch: Any, request: DeviceRequest) -> Placement:
 def _exact_float32(torch: Any) -> None:
     """No TF32 on Ampere and newer: torch leaves it off for matmuls but on for cuDNN
     convolutions, whose 10-bit mantissa is far outside the export tolerance (docs/export.md).
-    Process-wide, as torch's switches are."""
+    Process-wide, as torch's switches are; a traced module's convolutions carry their own
+    flag, which ``exact_convolutions`` clears."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-
-
-def _nodes(block: Any) -> Iterator[Any]:
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _nodes(inner)
-
-
-def retarget_devices(module: Any, device: str) -> int:
-    """Point the CPU device literals of a traced module's graphs at ``device``; how many.
-
-    ``torch.jit.trace`` records ``torch.arange(n, device=x.device)`` with the device the
-    trace ran on (the CPU) as a constant, so a module loaded onto CUDA would still make
-    those tensors on the CPU and fail on the first op that mixes them with its inputs (the
-    GTrXL's relative positions, a one-hot of previous discrete actions). ``map_location``
-    moves weights and tensor constants, not these. Runs before the first call, while the
-    graphs are not yet compiled."""
-    count = 0
-    for submodule in module.modules():
-        try:
-            graph = submodule._c._get_method("forward").graph
-        except RuntimeError:  # a submodule without a forward of its own
-            continue
-        for node in _nodes(graph):
-            if (node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"
-                    and node.s("value") == "cpu"):
-                node.s_("value", device)
-                count += 1
-    return count
 
 
 def _torch_pinned(torch: Any):
@@ -98,6 +69,7 @@ class TorchScriptRuntime:
             warnings.simplefilter("ignore", DeprecationWarning)
             self._module = torch.jit.load(str(path), map_location=self._device).eval()
         retargeted = retarget_devices(self._module, self.device) if self._cuda else 0
+        exact = exact_convolutions(self._module) if self._cuda else 0
         self._input_names = list(input_names)
         self.output_names = list(output_names)
         # The exported contract feeds float32 everywhere except a pass-through obs dtype,
@@ -108,6 +80,8 @@ class TorchScriptRuntime:
         notes = "".join(f"; {note}" for note in placement.notes)
         if retargeted:
             notes += f"; {retargeted} traced CPU device literals moved to {self.device}"
+        if exact:
+            notes += f"; TF32 turned off in {exact} traced convolutions"
         log.info("torchscript runtime %s on %s%s", path.name, self.device, notes)
 
     def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
