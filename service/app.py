@@ -20,7 +20,7 @@ from starlette.routing import Match
 
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, bodies, health, inference_v2, listing, sessions
+from rlserve.service.api import act, admin, bodies, experience, health, inference_v2, listing, sessions
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
@@ -32,6 +32,7 @@ from rlserve.service.errors import (
     ServiceError,
     error_reply,
 )
+from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
@@ -68,8 +69,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     settings = settings or Settings()
     metrics = Metrics()
     repository = settings.repository or DEFAULT_MODELS
+    experience_log = ExperienceLog.from_settings(settings, metrics)
     if registry is None:
-        registry = ModelRegistry(settings, metrics, _session_store(settings, metrics))
+        registry = ModelRegistry(settings, metrics, _session_store(settings, metrics), experience_log)
         if settings.repository is not None or not settings.checkpoints:
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
@@ -84,12 +86,14 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.registry = registry
     app.state.repository = repository
     app.state.act_service = service
+    app.state.experience = experience_log
     app.state.infer_service = infer_service
     app.state.shutting_down = False
     app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
-    for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router):
+    for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
+                   experience.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -139,6 +143,8 @@ async def _lifespan(app: RLServeApp):
             task.cancel()
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
+        if app.state.experience is not None:  # the batchers stopped: write what the log holds
+            await asyncio.to_thread(app.state.experience.close)
         if app.state.registry.store is not None:
             await app.state.registry.store.close()
 

@@ -113,6 +113,18 @@ class Settings(BaseSettings):
     act_protocol: bool = True
     log_level: LogLevel = "info"
 
+    # The experience log (docs/experience.md): what was served, written as training data in
+    # RLlib's offline Parquet forms under this folder (None: off; needs the [experience] extra).
+    experience_log: Path | None = None
+    # The fraction of episodes logged (drawn per episode) of every model; experience_models
+    # (JSON {"model": fraction}), when not empty, logs only the models it names, each at its own.
+    experience_sample: float = Field(1.0, ge=0.0, le=1.0)
+    experience_models: dict[str, float] = {}
+    experience_queue_rows: int = Field(65536, ge=1)  # transitions waiting for the writer, then dropped
+    experience_roll_s: float = Field(60.0, gt=0.0)  # the longest a row waits in memory for its file
+    experience_roll_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # or this many bytes
+    experience_flush_s: float = Field(1.0, ge=0.0)  # an ended episode is written this soon
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -142,6 +154,23 @@ class Settings(BaseSettings):
                              "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
         if importlib.util.find_spec("redis") is None:
             raise ValueError("an external session store needs its client library: pip install 'rlserve[redis]'")
+        return value
+
+    @field_validator("experience_log")
+    @classmethod
+    def _experience_folder(cls, value: Path | None) -> Path | None:
+        if value is None or not str(value):
+            return None
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ValueError("the experience log writes Parquet with pyarrow: pip install 'rlserve[experience]'")
+        return value.expanduser().resolve()
+
+    @field_validator("experience_models")
+    @classmethod
+    def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, fraction in value.items():
+            if not 0.0 <= fraction <= 1.0:
+                raise ValueError(f"model {name!r}: a fraction of episodes in [0, 1], got {fraction}")
         return value
 
     @field_validator("admin_token")

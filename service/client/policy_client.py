@@ -302,6 +302,12 @@ class _Base:
                          action_mask=action_mask, seed=None, outputs=outputs, extra=None)
         return body
 
+    def _final_act_body(self, episode_id: str, observation: Any, truncated: bool) -> dict[str, Any]:
+        """The episode's last observation, with its pending reward and how it ended."""
+        body = self._episode_act_body(episode_id, observation, None, None)
+        body["truncated" if truncated else "terminated"] = True
+        return body
+
     def _after_episode_act(self, episode_id: str) -> None:
         episode = self._episodes[episode_id]
         episode.pending_reward = None
@@ -405,8 +411,12 @@ class PolicyClient(_Base):
     def log_returns(self, episode_id: str, reward: float) -> None:
         self._log_returns(episode_id, reward)
 
-    def end_episode(self, episode_id: str) -> float:
-        """Delete the server session; returns the episode's logged total reward."""
+    def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
+        """Delete the server session; returns the episode's logged total reward. With the
+        episode's last ``observation``, send it first (with the pending reward, marked
+        terminated, or truncated), so the server's experience log closes the episode."""
+        if observation is not _UNSET:
+            self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)
         self.end_session(episode.session_id)
         return episode.total_reward
@@ -491,7 +501,9 @@ class AsyncPolicyClient(_Base):
     def log_returns(self, episode_id: str, reward: float) -> None:
         self._log_returns(episode_id, reward)
 
-    async def end_episode(self, episode_id: str) -> float:
+    async def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
+        if observation is not _UNSET:
+            await self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)
         await self.end_session(episode.session_id)
         return episode.total_reward

@@ -27,6 +27,7 @@ from rlserve.service.errors import (
     SessionNotFound,
     VersionConflict,
 )
+from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.metrics import Metrics
@@ -196,10 +197,12 @@ class ModelEntry:
 
 
 class ModelRegistry:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, store: RedisSessions | None = None):
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, store: RedisSessions | None = None,
+                 experience: ExperienceLog | None = None):
         self.settings = settings
         self.metrics = metrics
         self.store = store  # the external session store (None: sessions live in this process)
+        self.experience = experience  # the experience log, attached to every version added
         self.entries: dict[str, ModelEntry] = {}
         self.failures: dict[str, str] = {}  # path in the repository -> why it did not load at start
         # Bundle paths of the repository tried, with their fingerprint then (serving/repository.py).
@@ -234,6 +237,8 @@ class ModelRegistry:
             )
         entry.versions[policy.version] = policy
         entry.current = policy.version
+        if self.experience is not None:
+            self.experience.attach(policy)
         log.info("serving %s (runtime %s)", policy.key, policy.runtime.describe())
 
     async def remove(self, name: str, version: str | None = None) -> list[str]:

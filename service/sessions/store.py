@@ -61,6 +61,9 @@ class Session:
     revision: int = 0
     persisted: bool = False
     fresh: bool = False
+    # The experience log's open step of this episode (``rlserve.service.experience``), as
+    # bytes so that it travels in the session's record to whichever replica serves next.
+    trail: bytes | None = None
 
 
 class SessionStore:
@@ -296,7 +299,8 @@ class SessionStore:
         now = self.clock()
         session = Session(session_id, slot, record.seed, record.rng,
                           created=now - max(0.0, time.time() - record.created),
-                          last_used=now, steps=record.steps, version=self.version, answer=record.answer)
+                          last_used=now, steps=record.steps, version=self.version, answer=record.answer,
+                          trail=record.trail)
         self._sessions[session_id] = session
         self._tombstones.pop(session_id, None)
         return session

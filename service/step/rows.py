@@ -32,6 +32,9 @@ class Rows:
     has_masks: bool = True
     decoded: bool = False
     windows: list[Any] | None = None  # trajectory windows sent by stateless rows (None where not sent)
+    # Per row: the episode ends with this observation, 1 terminated, 2 truncated, 0 not
+    # (None: no row ends one). Only the experience log reads it.
+    ends: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.observations)

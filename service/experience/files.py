@@ -1,0 +1,50 @@
+"""Writing one Parquet file so that no reader ever sees half of it.
+
+The table is written under ``<root>/.incoming/`` (same file system, hidden from readers
+of the forms' folders), flushed to disk (``fsync``), renamed into its folder in one step,
+and the folder's entry is flushed too. A failure removes the temporary file and raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+INCOMING = ".incoming"
+
+
+def write_table(table: Any, path: Path, incoming: Path) -> None:
+    """Write the pyarrow ``table`` to ``path`` atomically (uncompressed: the episodes
+    form's ``item`` bytes are read as they are, and cartpole-sized rows gain little)."""
+    import pyarrow.parquet as pq
+
+    incoming.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = incoming / f"{path.name}.tmp"
+    try:
+        with open(temporary, "wb") as handle:
+            pq.write_table(table, handle, compression="none")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable (the folder's entry), where the system allows it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

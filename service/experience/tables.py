@@ -1,0 +1,113 @@
+"""The log's Parquet tables: RLlib's columns form, its episodes form, and delayed rewards.
+
+Columns form (one row per transition; RLlib's ``Columns`` names, read by its
+``OfflinePreLearner._map_to_episodes`` into one-step episodes): ``eps_id``, ``agent_id``,
+``module_id``, ``t``, ``obs``, ``actions``, ``rewards``, ``new_obs``, ``terminateds``,
+``truncateds`` and ``infos`` are its schema's columns; RLlib makes every other column an
+extra model output of the step (``action_logp``, ``actions_for_env``, ``explore``), which a
+learner may batch as tensors, so those are numeric, and the strings and nullable values
+(model, version, event id, time, value) sit in ``infos``.
+
+Episodes form (one row per episode segment): ``item`` holds the segment's
+``SingleAgentEpisode.get_state()`` msgpack-encoded (``rlserve.service.experience.episodes``),
+what RLlib reads with ``input_read_episodes=True``; the other columns repeat what a reader
+joins segments by without decoding ``item``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlserve.service.experience import episodes, spaces
+from rlserve.service.experience.records import ModelLog, RewardEvent, Transition
+
+INFOS = pa.struct([
+    ("model", pa.string()), ("version", pa.string()), ("event_id", pa.string()),
+    ("time", pa.float64()), ("value", pa.float64()), ("explore", pa.bool_()),
+])
+
+
+def columns_schema(model: ModelLog) -> pa.Schema:
+    obs, actions = spaces.arrow_type(model.obs_space), spaces.arrow_type(model.action_space)
+    return pa.schema([
+        ("eps_id", pa.string()), ("agent_id", pa.string()), ("module_id", pa.string()), ("t", pa.int64()),
+        ("obs", obs), ("actions", actions), ("rewards", pa.float64()), ("new_obs", obs),
+        ("terminateds", pa.bool_()), ("truncateds", pa.bool_()), ("action_logp", pa.float32()),
+        ("actions_for_env", actions), ("explore", pa.bool_()), ("infos", INFOS),
+    ])
+
+
+def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
+    steps = [r.step for r in rows]
+    n = len(rows)
+    obs_space, action_space = model.obs_space, model.action_space
+    columns = {
+        "eps_id": pa.array([s.eps_id for s in steps], pa.string()),
+        "agent_id": pa.nulls(n, pa.string()),  # one agent: RLlib's single-agent episodes have none
+        "module_id": pa.nulls(n, pa.string()),
+        "t": pa.array([s.t for s in steps], pa.int64()),
+        "obs": spaces.arrow_array(obs_space, [s.obs for s in steps]),
+        "actions": spaces.arrow_array(action_space, [s.action for s in steps]),
+        "rewards": pa.array([r.reward for r in rows], pa.float64()),
+        "new_obs": spaces.arrow_array(obs_space, [r.next_obs for r in rows]),
+        "terminateds": pa.array([r.end == 1 for r in rows], pa.bool_()),
+        "truncateds": pa.array([r.end == 2 for r in rows], pa.bool_()),
+        "action_logp": pa.array(np.array([_nan(s.logp) for s in steps], np.float32)),
+        "actions_for_env": spaces.arrow_array(
+            action_space, [s.action if s.env_action is None else s.env_action for s in steps]),
+        "explore": pa.array([s.explore for s in steps], pa.bool_()),
+        "infos": pa.array([_info(model, s) for s in steps], INFOS),
+    }
+    return pa.table(columns, schema=columns_schema(model))
+
+
+EPISODES_SCHEMA = pa.schema([
+    ("item", pa.binary()), ("eps_id", pa.string()), ("agent_id", pa.string()), ("module_id", pa.string()),
+    ("t_started", pa.int64()), ("length", pa.int64()), ("is_terminated", pa.bool_()),
+    ("is_truncated", pa.bool_()), ("model", pa.string()), ("version", pa.string()),
+])
+
+
+def episodes_table(model: ModelLog, segments: list[list[Transition]]) -> pa.Table:
+    items = [episodes.encode_segment(model, segment) for segment in segments]
+    first = [segment[0].step for segment in segments]
+    last = [segment[-1] for segment in segments]
+    columns = {
+        "item": pa.array(items, pa.binary()),
+        "eps_id": pa.array([s.eps_id for s in first], pa.string()),
+        "agent_id": pa.nulls(len(segments), pa.string()),
+        "module_id": pa.nulls(len(segments), pa.string()),
+        "t_started": pa.array([s.t for s in first], pa.int64()),
+        "length": pa.array([len(segment) for segment in segments], pa.int64()),
+        "is_terminated": pa.array([r.end == 1 for r in last], pa.bool_()),
+        "is_truncated": pa.array([r.end == 2 for r in last], pa.bool_()),
+        "model": pa.array([model.name] * len(segments), pa.string()),
+        "version": pa.array([r.step.version for r in last], pa.string()),
+    }
+    return pa.table(columns, schema=EPISODES_SCHEMA)
+
+
+REWARDS_SCHEMA = pa.schema([("event_id", pa.string()), ("reward", pa.float64()), ("mode", pa.string()),
+                            ("time", pa.float64())])
+
+
+def rewards_table(events: list[RewardEvent]) -> pa.Table:
+    return pa.table({
+        "event_id": pa.array([e.event_id for e in events], pa.string()),
+        "reward": pa.array([e.reward for e in events], pa.float64()),
+        "mode": pa.array([e.mode for e in events], pa.string()),
+        "time": pa.array([e.time for e in events], pa.float64()),
+    }, schema=REWARDS_SCHEMA)
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _info(model: ModelLog, step: Any) -> dict[str, Any]:
+    return {"model": model.name, "version": step.version, "event_id": step.event_id, "time": step.time,
+            "value": step.value, "explore": step.explore}
