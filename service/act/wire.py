@@ -321,7 +321,8 @@ def to_rows(req: ActRequest) -> Rows:
         has_masks=req.action_masks is not None,
         windows=None if req.windows is None else _column(req.windows, n, "windows", None),
         ends=(None if req.terminateds is None and req.truncateds is None else
-              _ends(_column(req.terminateds, n, "terminateds", False), _column(req.truncateds, n, "truncateds", False))),
+              _ends(_column(req.terminateds, n, "terminateds", False),
+                    _column(req.truncateds, n, "truncateds", False))),
     )
 
 

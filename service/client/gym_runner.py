@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -90,8 +91,8 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
             break
         if step == max_steps:  # the runner's own step limit truncates what is still running
             ending = [e or 2 for e in ending]
-        ends = {"terminateds": [ending[i] == 1 for i in live],
-                "truncateds": [ending[i] == 2 for i in live]} if any(ending[i] for i in live) else {}
+        ends: dict[str, Any] = {"terminateds": [ending[i] == 1 for i in live],
+                                "truncateds": [ending[i] == 2 for i in live]} if any(ending[i] for i in live) else {}
         result = client.act_batch(
             [_jsonable(observations[i]) for i in live],
             session_ids=[session_ids[i] for i in live],

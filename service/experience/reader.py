@@ -128,7 +128,7 @@ def episodes(root: Path, model: str) -> list[Episode]:
     events = read_form(root, model, "rewards")
     if events is not None and len(events):
         for episode in joined:
-            ids = [info.get("event_id") for info in episode.infos]
+            ids = [str(info.get("event_id")) for info in episode.infos]
             episode.rewards = apply_rewards(ids, np.asarray(episode.rewards), events).tolist()
     return sorted(joined, key=lambda e: (e.eps_id, e.t_started))
 

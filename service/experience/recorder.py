@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlserve.service.experience import trail as trails
-from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.records import ModelLog, Transition
+from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.writer import ExperienceWriter
 from rlserve.service.step import codec
 
