@@ -9,7 +9,7 @@ from rlserve.service.settings import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # "embedded defaults", "unset", "per bundle", "unset", "unset (off)"
-DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port"}
+DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "experience_log"}
 
 
 def _table() -> dict[str, str]:
