@@ -12,10 +12,11 @@ The segment's data (``finalized``: numpy arrays, no lookback):
 
 - ``observations``: T+1 observations (the one each action was taken at, then the last);
 - ``actions``, ``rewards`` (float32): T each;
-- ``infos``: T+1 maps; step t's holds its event id, model version, time, value and
-  ``explore`` (the last observation's is empty);
+- ``infos``: T+1 empty maps;
 - ``extra_model_outputs``: ``action_logp`` (float32, NaN where the distribution defines
-  none) and ``actions_for_env`` (the actions as answered, after unsquash/clip).
+  none) and ``actions_for_env`` (the actions as answered, after unsquash/clip);
+- ``custom_data``: the model, and per step its event id, version, time, value (NaN where
+  not computed) and ``explore``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
     observations = [s.obs for s in steps] + [segment[-1].next_obs]
     actions = [s.action for s in steps]
     env_actions = [s.action if s.env_action is None else s.env_action for s in steps]
-    infos: list[dict[str, Any]] = [
-        {"event_id": s.event_id, "model": model.name, "version": s.version, "time": s.time, "value": s.value,
-         "explore": s.explore} for s in steps]
+    n = len(steps)
     last = segment[-1].end
     return {
         "id_": steps[0].eps_id,
@@ -51,10 +50,11 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
         "multi_agent_episode_id": None,
         "observations": _buffer(_stack(obs_space, observations)),
         "actions": _buffer(_stack(action_space, actions)),
-        "rewards": _buffer(np.array([t.reward for t in segment], np.float32)),
-        "infos": _buffer([*infos, {}]),
+        "rewards": _buffer(np.fromiter((t.reward for t in segment), np.float32, n)),
+        "infos": _buffer([{} for _ in range(n + 1)]),
         "extra_model_outputs": {
-            "action_logp": _buffer(np.array([math.nan if s.logp is None else s.logp for s in steps], np.float32)),
+            "action_logp": _buffer(np.fromiter((math.nan if s.logp is None else s.logp for s in steps),
+                                               np.float32, n)),
             "actions_for_env": _buffer(_stack(action_space, env_actions)),
         },
         "is_terminated": last == TERMINATED,
@@ -65,7 +65,15 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
         "_action_space": None,
         "_start_time": steps[0].time,
         "_last_step_time": steps[-1].time,
-        "custom_data": {},
+        # Per step, what a reader wants besides the trajectory (never batched by a learner).
+        "custom_data": {
+            "model": model.name,
+            "event_ids": [s.event_id for s in steps],
+            "versions": [s.version for s in steps],
+            "times": np.fromiter((s.time for s in steps), np.float64, n),
+            "values": np.fromiter((math.nan if s.value is None else s.value for s in steps), np.float64, n),
+            "explore": np.fromiter((s.explore for s in steps), np.bool_, n),
+        },
     }
 
 
@@ -76,10 +84,7 @@ def _buffer(data: Any) -> dict[str, Any]:
 
 def _stack(space: Any, values: list[Any]) -> Any:
     """One array (N, *shape) of the space's values; a list of JSON values for composite spaces."""
-    converted = [spaces.to_numpy(space, v) for v in values]
-    if converted and isinstance(converted[0], np.ndarray | np.generic):
-        return np.stack(converted)
-    return converted
+    return spaces.stack(space, values)
 
 
 def _encode_array(value: Any) -> Any:

@@ -90,7 +90,8 @@ class Episode:
     actions: list[Any] = field(default_factory=list)  # T
     rewards: list[float] = field(default_factory=list)
     action_logp: list[float] = field(default_factory=list)
-    infos: list[dict[str, Any]] = field(default_factory=list)  # T: each step's event id, version, ...
+    event_ids: list[str] = field(default_factory=list)  # T
+    versions: list[str] = field(default_factory=list)  # T: the version that served each step
     is_terminated: bool = False
     is_truncated: bool = False
     segments: int = 0
@@ -128,8 +129,7 @@ def episodes(root: Path, model: str) -> list[Episode]:
     events = read_form(root, model, "rewards")
     if events is not None and len(events):
         for episode in joined:
-            ids = [str(info.get("event_id")) for info in episode.infos]
-            episode.rewards = apply_rewards(ids, np.asarray(episode.rewards), events).tolist()
+            episode.rewards = apply_rewards(episode.event_ids, np.asarray(episode.rewards), events).tolist()
     return sorted(joined, key=lambda e: (e.eps_id, e.t_started))
 
 
@@ -148,7 +148,8 @@ def _join(eps_id: str, states: list[dict[str, Any]]) -> list[Episode]:
         episode.actions.extend(list(state["actions"]["data"]))
         episode.rewards.extend(float(r) for r in state["rewards"]["data"])
         episode.action_logp.extend(float(x) for x in state["extra_model_outputs"]["action_logp"]["data"])
-        episode.infos.extend(state["infos"]["data"][:-1])
+        episode.event_ids.extend(state["custom_data"]["event_ids"])
+        episode.versions.extend(state["custom_data"]["versions"])
         episode.is_terminated, episode.is_truncated = state["is_terminated"], state["is_truncated"]
         episode.segments += 1
         t = state["t"]

@@ -104,7 +104,7 @@ class Recorder:
                 continue
             event_id = new_event_id()
             eps_id = previous.eps_id if previous is not None else f"{session.id}:{event_id}"
-            session.trail = trails.encode(Trail(
+            session.trail = (Trail(
                 eps_id, session.steps - 1, event_id, obs, actions[row], None if env is None else env[offset],
                 None if logp is None else logp[row], None if value is None else value[row],
                 step.explore, self.version, now))

@@ -46,15 +46,16 @@ def arrow_array(space: Any, values: list[Any]) -> pa.Array:
     return pa.array([json.dumps(_jsonable(v)) for v in values], type=kind)
 
 
-def to_numpy(space: Any, value: Any) -> Any:
-    """A stored value as the space's own value (arrays of its dtype and shape)."""
+def stack(space: Any, values: list[Any]) -> Any:
+    """The values as one array (N, *shape) of the space's dtype (one conversion for all); a
+    list of the JSON values for a composite space."""
     if isinstance(space, gs.Box):
-        return np.asarray(value, dtype=space.dtype).reshape(space.shape)
+        return np.asarray(values, dtype=space.dtype).reshape(len(values), *space.shape)
     if isinstance(space, gs.Discrete):
-        return np.int64(value)
+        return np.asarray(values, dtype=np.int64).reshape(len(values))
     if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
-        return np.asarray(value, dtype=np.int64).reshape(space.shape)
-    return value
+        return np.asarray(values, dtype=np.int64).reshape(len(values), *space.shape)
+    return list(values)
 
 
 def _jsonable(value: Any) -> Any:

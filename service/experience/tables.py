@@ -17,13 +17,12 @@ joins segments by without decoding ``item``.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from rlserve.service.experience import episodes, spaces
-from rlserve.service.experience.records import ModelLog, RewardEvent, Transition
+from rlserve.service.experience.records import TERMINATED, TRUNCATED, ModelLog, RewardEvent, Transition
 
 INFOS = pa.struct([
     ("model", pa.string()), ("version", pa.string()), ("event_id", pa.string()),
@@ -42,25 +41,34 @@ def columns_schema(model: ModelLog) -> pa.Schema:
 
 
 def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
+    """The transitions as one table: a column at a time, no Python object per cell."""
     steps = [r.step for r in rows]
     n = len(rows)
     obs_space, action_space = model.obs_space, model.action_space
+    ends = np.fromiter((r.end for r in rows), np.int8, n)
+    explore = pa.array(np.fromiter((s.explore for s in steps), np.bool_, n))
+    infos = pa.StructArray.from_arrays([
+        pa.array([model.name] * n, pa.string()), pa.array([s.version for s in steps], pa.string()),
+        pa.array([s.event_id for s in steps], pa.string()),
+        pa.array(np.fromiter((s.time for s in steps), np.float64, n)),
+        pa.array([s.value for s in steps], pa.float64()), explore,
+    ], fields=list(INFOS))
     columns = {
         "eps_id": pa.array([s.eps_id for s in steps], pa.string()),
         "agent_id": pa.nulls(n, pa.string()),  # one agent: RLlib's single-agent episodes have none
         "module_id": pa.nulls(n, pa.string()),
-        "t": pa.array([s.t for s in steps], pa.int64()),
+        "t": pa.array(np.fromiter((s.t for s in steps), np.int64, n)),
         "obs": spaces.arrow_array(obs_space, [s.obs for s in steps]),
         "actions": spaces.arrow_array(action_space, [s.action for s in steps]),
-        "rewards": pa.array([r.reward for r in rows], pa.float64()),
+        "rewards": pa.array(np.fromiter((r.reward for r in rows), np.float64, n)),
         "new_obs": spaces.arrow_array(obs_space, [r.next_obs for r in rows]),
-        "terminateds": pa.array([r.end == 1 for r in rows], pa.bool_()),
-        "truncateds": pa.array([r.end == 2 for r in rows], pa.bool_()),
-        "action_logp": pa.array(np.array([_nan(s.logp) for s in steps], np.float32)),
+        "terminateds": pa.array(ends == TERMINATED),
+        "truncateds": pa.array(ends == TRUNCATED),
+        "action_logp": pa.array(np.fromiter((_nan(s.logp) for s in steps), np.float32, n)),
         "actions_for_env": spaces.arrow_array(
             action_space, [s.action if s.env_action is None else s.env_action for s in steps]),
-        "explore": pa.array([s.explore for s in steps], pa.bool_()),
-        "infos": pa.array([_info(model, s) for s in steps], INFOS),
+        "explore": explore,
+        "infos": infos,
     }
     return pa.table(columns, schema=columns_schema(model))
 
@@ -106,8 +114,3 @@ def rewards_table(events: list[RewardEvent]) -> pa.Table:
 
 def _nan(value: float | None) -> float:
     return math.nan if value is None else value
-
-
-def _info(model: ModelLog, step: Any) -> dict[str, Any]:
-    return {"model": model.name, "version": step.version, "event_id": step.event_id, "time": step.time,
-            "value": step.value, "explore": step.explore}

@@ -3,7 +3,7 @@
 Transition t of an episode is (obs_t, action_t, logp_t, ..., reward_t, obs_t+1, done): its
 first half is known when step t is answered, its second half only when step t+1 arrives
 (the client reports the reward with the next observation). The first half travels as the
-session's ``trail`` (bytes), in its record when sessions live in an external store, so
+session's ``trail``, in its record when sessions live in an external store, so
 whichever replica serves step t+1 closes transition t: an episode is never cut at a
 replica boundary.
 """
@@ -34,6 +34,11 @@ class Trail(msgspec.Struct, array_like=True, frozen=True):
     version: str
     time: float  # seconds since the epoch, when the step was answered
 
+    def __bytes__(self) -> bytes:
+        """What a session's record stores (``rlserve.service.sessions.record``): the trail
+        stays an object while its session is held here and is encoded only when written."""
+        return _ENCODER.encode(self)
+
 
 def _encode_value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
@@ -47,13 +52,12 @@ _ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_value)
 _DECODER = msgspec.msgpack.Decoder(Trail)
 
 
-def encode(trail: Trail) -> bytes:
-    return _ENCODER.encode(trail)
-
-
-def decode(data: bytes) -> Trail | None:
-    """The trail in ``data``; None for ``NOT_SAMPLED`` or bytes that are no trail (a record
-    written by another release): the episode's next transition is then not logged."""
+def decode(data: Trail | bytes) -> Trail | None:
+    """The trail a session holds (an object, or bytes read from a record); None for
+    ``NOT_SAMPLED`` or bytes that are no trail (a record written by another release): the
+    episode's next transition is then not logged."""
+    if isinstance(data, Trail):
+        return data
     if data == NOT_SAMPLED:
         return None
     try:

@@ -239,6 +239,6 @@ def encode_sessions(layout: SessionLayout, version: str, sessions: Sequence[Any]
         if session.rng is not None:
             set_generator(headers, index, session.rng)
     answers = [s.answer for s in sessions]
-    trails = [s.trail for s in sessions]
+    trails = [None if s.trail is None else bytes(s.trail) for s in sessions]
     return layout.encode(headers, version, rows, answers if any(a is not None for a in answers) else None,
                          trails if any(t is not None for t in trails) else None)

@@ -16,6 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import SupportsBytes
 
 import numpy as np
 
@@ -61,9 +62,10 @@ class Session:
     revision: int = 0
     persisted: bool = False
     fresh: bool = False
-    # The experience log's open step of this episode (``rlserve.service.experience``), as
-    # bytes so that it travels in the session's record to whichever replica serves next.
-    trail: bytes | None = None
+    # The experience log's open step of this episode (``rlserve.service.experience.trail``):
+    # bytes, or an object that is its bytes (``bytes(trail)``), written in the session's
+    # record so that it travels to whichever replica serves the next step.
+    trail: SupportsBytes | None = None
 
 
 class SessionStore:
