@@ -21,14 +21,15 @@ The segment's data (``finalized``: numpy arrays, no lookback):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgpack
 import numpy as np
 
 from rlserve.service.experience import spaces
-from rlserve.service.experience.records import TERMINATED, TRUNCATED, ModelLog, Transition
+from rlserve.service.experience.records import TERMINATED, TRUNCATED, Fields, ModelLog, Transition
+
+_NO_INFO: dict[str, Any] = {}  # one object for every step's info: nothing new for the collector
 
 
 def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
@@ -36,43 +37,40 @@ def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
 
 
 def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
-    steps = [transition.step for transition in segment]
+    f = Fields(segment)
+    n = len(segment)
     obs_space, action_space = model.obs_space, model.action_space
-    observations = [s.obs for s in steps] + [segment[-1].next_obs]
-    actions = [s.action for s in steps]
-    env_actions = [s.action if s.env_action is None else s.env_action for s in steps]
-    n = len(steps)
-    last = segment[-1].end
+    last = f.end[-1]
+    first_t = f.t[0]
     return {
-        "id_": steps[0].eps_id,
+        "id_": f.eps_id[0],
         "agent_id": None,  # one agent; a multi-agent session will write one segment per agent
         "module_id": None,
         "multi_agent_episode_id": None,
-        "observations": _buffer(_stack(obs_space, observations)),
-        "actions": _buffer(_stack(action_space, actions)),
-        "rewards": _buffer(np.fromiter((t.reward for t in segment), np.float32, n)),
-        "infos": _buffer([{} for _ in range(n + 1)]),
+        "observations": _buffer(spaces.stack(obs_space, [*f.obs, f.next_obs[-1]])),
+        "actions": _buffer(spaces.stack(action_space, f.action)),
+        "rewards": _buffer(np.array(f.reward, np.float32)),
+        "infos": _buffer([_NO_INFO] * (n + 1)),
         "extra_model_outputs": {
-            "action_logp": _buffer(np.fromiter((math.nan if s.logp is None else s.logp for s in steps),
-                                               np.float32, n)),
-            "actions_for_env": _buffer(_stack(action_space, env_actions)),
+            "action_logp": _buffer(np.array(f.logp, np.float32)),
+            "actions_for_env": _buffer(spaces.stack(action_space, f.env_action)),
         },
         "is_terminated": last == TERMINATED,
         "is_truncated": last == TRUNCATED,
-        "t_started": steps[0].t,
-        "t": steps[0].t + len(segment),
+        "t_started": first_t,
+        "t": first_t + n,
         "_observation_space": None,
         "_action_space": None,
-        "_start_time": steps[0].time,
-        "_last_step_time": steps[-1].time,
+        "_start_time": f.time[0],
+        "_last_step_time": f.time[-1],
         # Per step, what a reader wants besides the trajectory (never batched by a learner).
         "custom_data": {
             "model": model.name,
-            "event_ids": [s.event_id for s in steps],
-            "versions": [s.version for s in steps],
-            "times": np.fromiter((s.time for s in steps), np.float64, n),
-            "values": np.fromiter((math.nan if s.value is None else s.value for s in steps), np.float64, n),
-            "explore": np.fromiter((s.explore for s in steps), np.bool_, n),
+            "event_ids": list(f.event_id),
+            "versions": list(f.version),
+            "times": np.array(f.time, np.float64),
+            "values": np.array(f.value, np.float64),
+            "explore": np.array(f.explore, np.bool_),
         },
     }
 
@@ -80,11 +78,6 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
 def _buffer(data: Any) -> dict[str, Any]:
     """An ``InfiniteLookbackBuffer`` state: all data in the segment, none in the lookback."""
     return {"data": data, "lookback": 0, "finalized": not isinstance(data, list), "space": None}
-
-
-def _stack(space: Any, values: list[Any]) -> Any:
-    """One array (N, *shape) of the space's values; a list of JSON values for composite spaces."""
-    return spaces.stack(space, values)
 
 
 def _encode_array(value: Any) -> Any:

@@ -15,6 +15,11 @@ from typing import Any
 INCOMING = ".incoming"
 
 
+def load_parquet() -> None:
+    """Import pyarrow's Parquet writer (see ``ExperienceLog``)."""
+    import pyarrow.parquet  # noqa: F401
+
+
 def write_table(table: Any, path: Path, incoming: Path) -> None:
     """Write the pyarrow ``table`` to ``path`` atomically (uncompressed: the episodes
     form's ``item`` bytes are read as they are, and cartpole-sized rows gain little)."""

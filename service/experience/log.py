@@ -31,6 +31,13 @@ def folder_name(model: str) -> str:
 class ExperienceLog:
     def __init__(self, root: Path, *, sample: float = 1.0, models: dict[str, float] | None = None,
                  metrics: Any = None, **writer_options: Any):
+        # pyarrow now, not at the first write: it takes a second or more to import, and its
+        # thousands of objects are then in place when `rlserve serve` moves everything loaded
+        # at start out of the garbage collector's view (gc.freeze), instead of being scanned
+        # by every full collection while the server runs.
+        from rlserve.service.experience import files, tables  # noqa: F401
+
+        files.load_parquet()
         self.root = root
         self.sample = sample
         self.models = dict(models or {})

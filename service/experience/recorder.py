@@ -23,11 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rlserve.service.experience import trail as trails
-from rlserve.service.experience.records import ModelLog, Transition
+from rlserve.service.experience.records import ModelLog, Transition, packer
 from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.writer import ExperienceWriter
 from rlserve.service.step import codec
 
+NAN = float("nan")
 # Unique across processes and replicas: a random prefix, then a counter.
 _PREFIX = os.urandom(5).hex()
 _COUNTER = itertools.count(1)
@@ -45,6 +46,8 @@ class Recorder:
                  clock: Callable[[], float] = time.time, sample: Callable[[], float] = random.random):
         self.log = log
         self.writer = writer
+        self._pack_obs = packer(log.obs_space)
+        self._pack_action = packer(log.action_space)
         self.version = version
         self.rate = rate
         self._env_actions = env_actions  # (model-space actions, unsquash, clip) -> JSON values
@@ -89,7 +92,7 @@ class Recorder:
                 continue
             row = output.start + offset
             end = step.ends[offset] if step.ends is not None else 0
-            obs = _observation(step, offset)
+            obs = self._pack_obs(_observation(step, offset))
             previous, fresh = self._previous(step, offset, session)
             if previous is None and fresh and session.trail not in (None, NOT_SAMPLED):
                 unfinished += 1  # an episode restarted before its last step was closed
@@ -105,8 +108,10 @@ class Recorder:
             event_id = new_event_id()
             eps_id = previous.eps_id if previous is not None else f"{session.id}:{event_id}"
             session.trail = (Trail(
-                eps_id, session.steps - 1, event_id, obs, actions[row], None if env is None else env[offset],
-                None if logp is None else logp[row], None if value is None else value[row],
+                eps_id, session.steps - 1, event_id, obs, self._pack_action(actions[row]),
+                None if env is None else self._pack_action(env[offset]),
+                NAN if logp is None or logp[row] is None else logp[row],
+                NAN if value is None or value[row] is None else value[row],
                 step.explore, self.version, now))
             event_ids[offset] = event_id
         step.event_ids = event_ids

@@ -32,11 +32,10 @@ def arrow_type(space: Any) -> pa.DataType:
 
 
 def arrow_array(space: Any, values: list[Any]) -> pa.Array:
-    """One column of ``values`` (each as the API received or answered it)."""
+    """One column of ``values`` (each as ``records.packer`` keeps it)."""
     kind = arrow_type(space)
     if isinstance(space, gs.Box | gs.MultiDiscrete | gs.MultiBinary):
-        dtype = np.dtype(space.dtype) if isinstance(space, gs.Box) else np.dtype(np.int64)
-        stacked = np.asarray(values, dtype=dtype)
+        stacked = stack(space, values)
         array: pa.Array = pa.array(stacked.reshape(-1))
         for size in reversed(stacked.shape[1:]):
             array = pa.FixedSizeListArray.from_arrays(array, size)
@@ -47,14 +46,13 @@ def arrow_array(space: Any, values: list[Any]) -> pa.Array:
 
 
 def stack(space: Any, values: list[Any]) -> Any:
-    """The values as one array (N, *shape) of the space's dtype (one conversion for all); a
-    list of the JSON values for a composite space."""
-    if isinstance(space, gs.Box):
-        return np.asarray(values, dtype=space.dtype).reshape(len(values), *space.shape)
+    """Packed values (``records.packer``) as one array (N, *shape) of the space's dtype, one
+    conversion for all; a list of the JSON values for a composite space."""
+    if isinstance(space, gs.Box | gs.MultiDiscrete | gs.MultiBinary):
+        dtype = np.dtype(space.dtype) if isinstance(space, gs.Box) else np.dtype(np.int64)
+        return np.frombuffer(b"".join(values), dtype=dtype).reshape(len(values), *space.shape)
     if isinstance(space, gs.Discrete):
         return np.asarray(values, dtype=np.int64).reshape(len(values))
-    if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
-        return np.asarray(values, dtype=np.int64).reshape(len(values), *space.shape)
     return list(values)
 
 

@@ -16,13 +16,18 @@ joins segments by without decoding ``item``.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyarrow as pa
 
 from rlserve.service.experience import episodes, spaces
-from rlserve.service.experience.records import TERMINATED, TRUNCATED, ModelLog, RewardEvent, Transition
+from rlserve.service.experience.records import (
+    TERMINATED,
+    TRUNCATED,
+    Fields,
+    ModelLog,
+    RewardEvent,
+    Transition,
+)
 
 INFOS = pa.struct([
     ("model", pa.string()), ("version", pa.string()), ("event_id", pa.string()),
@@ -41,32 +46,29 @@ def columns_schema(model: ModelLog) -> pa.Schema:
 
 
 def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
-    """The transitions as one table: a column at a time, no Python object per cell."""
-    steps = [r.step for r in rows]
+    """The transitions as one table, a column at a time."""
+    f = Fields(rows)
     n = len(rows)
     obs_space, action_space = model.obs_space, model.action_space
-    ends = np.fromiter((r.end for r in rows), np.int8, n)
-    explore = pa.array(np.fromiter((s.explore for s in steps), np.bool_, n))
+    ends = np.array(f.end, np.int8)
+    explore = pa.array(np.array(f.explore, np.bool_))
     infos = pa.StructArray.from_arrays([
-        pa.array([model.name] * n, pa.string()), pa.array([s.version for s in steps], pa.string()),
-        pa.array([s.event_id for s in steps], pa.string()),
-        pa.array(np.fromiter((s.time for s in steps), np.float64, n)),
-        pa.array([s.value for s in steps], pa.float64()), explore,
+        pa.array([model.name] * n, pa.string()), pa.array(f.version, pa.string()), pa.array(f.event_id, pa.string()),
+        pa.array(np.array(f.time, np.float64)), pa.array(np.array(f.value, np.float64), from_pandas=True), explore,
     ], fields=list(INFOS))
     columns = {
-        "eps_id": pa.array([s.eps_id for s in steps], pa.string()),
+        "eps_id": pa.array(f.eps_id, pa.string()),
         "agent_id": pa.nulls(n, pa.string()),  # one agent: RLlib's single-agent episodes have none
         "module_id": pa.nulls(n, pa.string()),
-        "t": pa.array(np.fromiter((s.t for s in steps), np.int64, n)),
-        "obs": spaces.arrow_array(obs_space, [s.obs for s in steps]),
-        "actions": spaces.arrow_array(action_space, [s.action for s in steps]),
-        "rewards": pa.array(np.fromiter((r.reward for r in rows), np.float64, n)),
-        "new_obs": spaces.arrow_array(obs_space, [r.next_obs for r in rows]),
+        "t": pa.array(np.array(f.t, np.int64)),
+        "obs": spaces.arrow_array(obs_space, f.obs),
+        "actions": spaces.arrow_array(action_space, f.action),
+        "rewards": pa.array(np.array(f.reward, np.float64)),
+        "new_obs": spaces.arrow_array(obs_space, f.next_obs),
         "terminateds": pa.array(ends == TERMINATED),
         "truncateds": pa.array(ends == TRUNCATED),
-        "action_logp": pa.array(np.fromiter((_nan(s.logp) for s in steps), np.float32, n)),
-        "actions_for_env": spaces.arrow_array(
-            action_space, [s.action if s.env_action is None else s.env_action for s in steps]),
+        "action_logp": pa.array(np.array(f.logp, np.float32)),
+        "actions_for_env": spaces.arrow_array(action_space, f.env_action),
         "explore": explore,
         "infos": infos,
     }
@@ -110,7 +112,3 @@ def rewards_table(events: list[RewardEvent]) -> pa.Table:
         "mode": pa.array([e.mode for e in events], pa.string()),
         "time": pa.array([e.time for e in events], pa.float64()),
     }, schema=REWARDS_SCHEMA)
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else value

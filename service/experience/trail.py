@@ -19,17 +19,18 @@ import numpy as np
 NOT_SAMPLED = b"\x00"
 
 
-class Trail(msgspec.Struct, array_like=True, frozen=True):
-    """Step t of episode ``eps_id``, as answered."""
+class Trail(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """Step t of episode ``eps_id``, as answered. Arrays are packed (``records.packer``:
+    raw bytes), so the garbage collector never tracks a trail."""
 
     eps_id: str
     t: int  # the step's index in its episode (0: the first observation)
     event_id: str
-    obs: Any  # the observation as received (lists for arrays)
-    action: Any  # the model's sample in the action space's structure (JSON), before unsquash/clip
-    env_action: Any  # the action as answered (after unsquash/clip); None: equal to ``action``
-    logp: float | None  # None where the distribution defines none (deterministic)
-    value: float | None  # the value estimate, when a request of the batch asked for it
+    obs: Any  # the observation as received, packed
+    action: Any  # the model's sample in the action space's structure, before unsquash/clip, packed
+    env_action: Any  # the action as answered (after unsquash/clip), packed; None: equal to ``action``
+    logp: float  # NaN where the distribution defines none (deterministic)
+    value: float  # the value estimate, when a request of the batch asked for it (else NaN)
     explore: bool  # False: ``logp`` is the mode's, not a behaviour probability
     version: str
     time: float  # seconds since the epoch, when the step was answered

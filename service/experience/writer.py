@@ -157,10 +157,6 @@ class ExperienceWriter:
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
-        try:  # pyarrow takes seconds to import: here, before the first write waits for it
-            from rlserve.service.experience import tables  # noqa: F401
-        except ImportError:
-            log.exception("experience writer: pyarrow is missing (pip install 'rlserve[experience]')")
         while not self._stop.is_set():
             try:
                 if not self._drain_queue():

@@ -30,7 +30,7 @@ CARTPOLE = ModelLog("cartpole", gs.Box(-np.inf, np.inf, (4,), np.float32), gs.Di
 
 def _segment(length: int = 3, end: int = TERMINATED) -> list[Transition]:
     rng = np.random.default_rng(0)
-    obs = rng.normal(size=(length + 1, 4)).astype(np.float32).tolist()
+    obs = [row.tobytes() for row in rng.normal(size=(length + 1, 4)).astype(np.float32)]  # packed
     out = []
     for t in range(length):
         step = Trail("s:1", t, f"e{t}", obs[t], t % 2, None, -0.5, None, True, "1", 1.0 + t)

@@ -11,7 +11,8 @@ from rlserve.service.sessions.record import SessionLayout, encode_sessions
 from rlserve.service.sessions.store import Session
 
 LSTM = ModelSignature(obs_shape=(2,), num_outputs=2, state=(StateSpec("h", (8,)), StateSpec("c", (8,))))
-STEP = Trail("s:ab-1", 7, "ab-9", [0.25, -1.5], 1, None, -0.693, 0.5, True, "3", 1_700_000_000.25)
+STEP = Trail("s:ab-1", 7, "ab-9", np.array([0.25, -1.5], np.float32).tobytes(), 1, None, -0.693, 0.5, True, "3",
+             1_700_000_000.25)
 
 
 def _record(session: Session, layout: SessionLayout) -> bytes:
