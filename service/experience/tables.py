@@ -54,7 +54,7 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
     explore = pa.array(np.array(f.explore, np.bool_))
     infos = pa.StructArray.from_arrays([
         pa.array([model.name] * n, pa.string()), pa.array(f.version, pa.string()), pa.array(f.event_id, pa.string()),
-        pa.array(np.array(f.time, np.float64)), pa.array(np.array(f.value, np.float64), from_pandas=True), explore,
+        pa.array(np.array(f.time, np.float64)), _nullable(np.array(f.value, np.float64)), explore,
     ], fields=list(INFOS))
     columns = {
         "eps_id": pa.array(f.eps_id, pa.string()),
@@ -112,3 +112,8 @@ def rewards_table(events: list[RewardEvent]) -> pa.Table:
         "mode": pa.array([e.mode for e in events], pa.string()),
         "time": pa.array([e.time for e in events], pa.float64()),
     }, schema=REWARDS_SCHEMA)
+
+
+def _nullable(values: np.ndarray) -> pa.Array:
+    """Floats with NaN as null (``from_pandas=True`` would import pandas for it)."""
+    return pa.array(values, mask=np.isnan(values))
