@@ -34,7 +34,7 @@ from rlserve.service.experience.records import ModelLog, RewardEvent, Transition
 
 log = logging.getLogger("rlserve.experience")
 
-POLL_S = 0.05  # how often the idle thread looks at the queue (the request path never wakes it)
+POLL_S = 0.05  # how often the thread takes what was queued (the request path never wakes it)
 WARN_EVERY_S = 10.0  # at most one warning about dropped rows this often
 
 
@@ -104,6 +104,7 @@ class ExperienceWriter:
         self._seq = 0
         self._closed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # flush and close only: producers never wake the thread
         self.dropped: dict[str, int] = {}
         self.written: dict[str, int] = {}
         self.unfinished = 0
@@ -144,6 +145,7 @@ class ExperienceWriter:
         """Write everything queued and waiting now (open segments cut); True when done in time."""
         marker = _Flush()
         self._queue.append(marker)
+        self._wake.set()
         return marker.done.wait(timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
@@ -152,25 +154,28 @@ class ExperienceWriter:
             self._closed = True
         self.flush(timeout)
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout)
 
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Every POLL_S, whatever arrived meanwhile at once: a loop that took each batch
+            # as it came would wake for every batch and contend with the event loop for
+            # the interpreter lock (measured: 5x the writer's own work). ``flush`` wakes it.
+            self._wake.wait(POLL_S)
+            self._wake.clear()
             try:
-                if not self._drain_queue():
-                    self._stop.wait(POLL_S)
+                self._drain_queue()
                 self._write_due(force=False)
             except Exception:  # the thread must outlive any bug: requests never depend on it
                 log.exception("experience writer: unexpected error")
 
-    def _drain_queue(self) -> bool:
-        """Take everything queued; False if there was nothing."""
-        took = False
+    def _drain_queue(self) -> None:
+        """Take everything queued."""
         while self._queue:
             item = self._queue.popleft()
-            took = True
             if isinstance(item, _Flush):
                 self._write_due(force=True)
                 item.done.set()
@@ -186,7 +191,6 @@ class ExperienceWriter:
             size = row_bytes(model)
             for transition in items:
                 buffer.add(transition, size, now)
-        return took
 
     def _write_due(self, force: bool) -> None:
         now = self._clock()
