@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # ships no type information
 import numpy as np
 
 from rlserve.service.experience import spaces

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # ships no type information
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
