@@ -2,7 +2,8 @@
 #   docker build -t rlserve .
 #   docker run -p 8000:8000 rlserve                      # the embedded default policies
 #   docker run -p 8000:8000 -v $PWD/models:/models -e RLSERVE_REPOSITORY=/models rlserve
-# The GPU variant lives in docker/Dockerfile.gpu (CUDA base + onnxruntime-gpu).
+# The GPU variant lives in docker/Dockerfile.gpu (the same base, onnxruntime-gpu and the
+# CUDA and cuDNN libraries from pip).
 # Checked without a Docker engine by scripts/container_check.sh (see docs/container.md).
 ARG BASE_IMAGE=python:3.11-slim
 

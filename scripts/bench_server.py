@@ -185,7 +185,10 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, warm_unt
         await reader.readexactly(length)
         done = time.perf_counter()
         total[0] += 1
-        if done > warm_until:
+        # Only answers inside the measured window count: a request still in flight at its
+        # end would add up to one request per connection, which is much when a request
+        # takes a good part of the window (a 1,024-image batch on the CPU).
+        if warm_until < done <= stop_at:
             latencies.append(done - now)
             if status != 200:
                 errors.append(status)
@@ -405,6 +408,9 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                         help="another rlserve checkout (e.g. a git worktree of the commit before a change): "
                              "the table shows it and this one side by side, alternating, on the same bundles")
+    parser.add_argument("--json", type=Path, default=None, metavar="RESULTS",
+                        help="also write the table's numbers to RESULTS (scripts/bench_results.py's format, "
+                             "what scripts/plot_benchmarks.py plots)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2,
                         help="servers on CPU 0, the load generator on CPU 1 (default with >= 2 CPUs)")
     args = parser.parse_args()
@@ -446,6 +452,8 @@ def main() -> None:
                 if old is not None:
                     stop(old[0])
         summarize(rows)
+        if args.json is not None:
+            write_results(args.json, rows, args)
         if before:
             compare(before, rows)
         if args.paired:
@@ -453,6 +461,21 @@ def main() -> None:
             paired(repo, Path(tmp), extra_env, args.concurrency, args.paired, args.duration, args.warmup, rng,
                    pairs)
     machine_state("end")
+
+
+def write_results(path: Path, rows: list[tuple[str, int, dict, int]], args: argparse.Namespace) -> None:
+    """The table's numbers as a results file (one run), for the plot and docs/benchmarks.md's table."""
+    from bench_results import run_record
+
+    labels = {key: label for key, label, *_ in SCENARIOS}
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    setup = (f"{'servers on CPU 0, load generator on CPU 1' if args.pin else 'not pinned'}; "
+             f"server settings: {' '.join(args.env) or 'defaults'}; nproc={os.cpu_count()}")
+    record = run_record("run", " ".join(["python", *sys.argv]), time.strftime("%Y-%m-%d %H:%M %Z"), commit, setup,
+                        [(key, labels[key], c, res, obs) for key, c, res, obs in rows])
+    path.write_text(json.dumps({"runs": [record]}, indent=1) + "\n")
+    print(f"results written to {path}", flush=True)
 
 
 def compare(before: list[tuple[str, int, dict, int]], after: list[tuple[str, int, dict, int]]) -> None:

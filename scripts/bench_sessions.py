@@ -140,7 +140,7 @@ def idle_memory(redis_sock: Path, sessions: int, batch: int = 10_000) -> dict:
 
     from rlserve.models.interface import ModelSignature, StateSpec
     from rlserve.service.sessions.record import SessionLayout, encode_sessions
-    from rlserve.service.sessions.redis_store import RedisSessions
+    from rlserve.service.sessions.redis_client import RedisSessions
     from rlserve.service.sessions.store import Session
 
     client = redis.Redis(unix_socket_path=str(redis_sock))

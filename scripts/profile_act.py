@@ -55,7 +55,7 @@ def profile(repo: Path, n: int) -> list[tuple[str, float]]:
     registry = ModelRegistry(Settings(), None)
     prep, batch = policy.preparer, policy.step
     req = decode_request(BODY)
-    rows = to_rows(req)
+    rows = to_rows(req, Settings().max_rows)
     step = prep.prepare(rows, explore=None, extras=frozenset())
     obs = batch._batch_obs([step])
     dist_inputs = batch.runtime.run({"obs": obs})["dist_inputs"]
@@ -68,7 +68,7 @@ def profile(repo: Path, n: int) -> list[tuple[str, float]]:
     info = BatchInfo(1, 1, 1, 0.0)
     stages: list[tuple[str, Callable[[], object]]] = [
         ("decode the JSON body (msgspec)", lambda: decode_request(BODY)),
-        ("single/batch form -> Rows", lambda: to_rows(req)),
+        ("single/batch form -> Rows", lambda: to_rows(req, Settings().max_rows)),
         ("prepare: validate the row -> Step", lambda: prep.prepare(rows, explore=None, extras=frozenset())),
         ("batch: the obs array (B=1)", lambda: batch._batch_obs([step])),
         ("ONNX Runtime, full graph (with value)", lambda: batch.runtime.run({"obs": obs})),

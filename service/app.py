@@ -18,21 +18,39 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from rlserve.models.multiagent.mapping import AgentMapping
+from rlserve.service.access_log import ACCESS_KEY, AccessLog, access_asgi
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, bodies, experience, health, inference_v2, listing, sessions
+from rlserve.service.api import (
+    act,
+    admin,
+    agents,
+    bodies,
+    docs_page,
+    experience,
+    health,
+    inference_v2,
+    listing,
+    sessions,
+)
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
+    MAX_ECHO,
     BadRequest,
     InternalError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     ServiceError,
+    bounded,
     error_reply,
 )
 from rlserve.service.experience.log import ExperienceLog
+from rlserve.service.multiagent.episodes import EpisodeService
+from rlserve.service.multiagent.route import AgentsActRoute
+from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
@@ -40,7 +58,7 @@ from rlserve.service.redaction import PathRedactor
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
-from rlserve.service.sessions.redis_store import RedisSessions
+from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.app")
@@ -50,15 +68,26 @@ GRPC_GRACE_S = 10.0  # how long gRPC calls in flight may take to finish at shutd
 
 
 class RLServeApp(FastAPI):
-    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``."""
+    """FastAPI plus a pre-router dispatch of the fast routes (act, infer) to ``RawActHandler``,
+    and the access log around both when it is on."""
 
     raw_act: RawActHandler | None = None
+    logged: Any = None  # ``_dispatch`` inside the access log (None: the log is off)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.logged is not None:
+            await self.logged(scope, receive, send)
+        else:
+            await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         handler = self.raw_act
         if handler is not None:
             match = handler.match(scope)
             if match is not None:
+                note = scope.get(ACCESS_KEY)
+                if note is not None:  # the access log names the route by this match
+                    note.match = match[1]
                 await handler(scope, receive, send, match)
                 return
         await super().__call__(scope, receive, send)
@@ -72,14 +101,19 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     experience_log = ExperienceLog.from_settings(settings, metrics)
     if registry is None:
         registry = ModelRegistry(settings, metrics, _session_store(settings, metrics), experience_log)
-        if settings.repository is not None or not settings.checkpoints:
+        if settings.repository is not None or not (settings.checkpoints or settings.policy_sets):
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
+        registry.load_policy_sets(settings.policy_sets, _mapping(settings))
     metrics.watch_sessions(registry.session_counts)
-    service = ActService(registry, metrics)
+    metrics.watch_queues(registry.queued_rows)
+    access_log = AccessLog(settings.access_log, settings.access_log_format)
+    service = ActService(registry, metrics, access_log=access_log.enabled)
     infer_service = InferService(service)
+    agents_service = AgentsActService(registry, service)
 
-    app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan,
+    # /docs is docs_page's (Swagger UI's assets served here, no CDN); FastAPI's own pages are off.
+    app = RLServeApp(title="rlserve", version="0.1.0", lifespan=_lifespan, docs_url=None, redoc_url=None,
                      description="Inference service for RLlib-trained policies.")
     app.state.settings = settings
     app.state.metrics = metrics
@@ -88,16 +122,26 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.act_service = service
     app.state.experience = experience_log
     app.state.infer_service = infer_service
+    app.state.agents_service = agents_service
+    app.state.episode_service = EpisodeService(registry)
     app.state.shutting_down = False
     app.state.draining = False  # SIGTERM received: /readyz says 503 while requests are still answered
+    app.state.access_log = access_log
+    if access_log.enabled:
+        app.logged = access_asgi(app._dispatch, access_log)
     if settings.fast_act_path:
-        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes, routes=[InferRoute(infer_service)])
+        app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
+                                    routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
-                   experience.router):
+                   agents.router, docs_page.router, experience.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _mapping(settings: Settings) -> AgentMapping | None:
+    return None if settings.agent_mapping is None else AgentMapping.from_json(settings.agent_mapping)
 
 
 def _session_store(settings: Settings, metrics: Metrics) -> RedisSessions | None:
@@ -192,10 +236,11 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        path = bounded(request.url.path, MAX_ECHO)  # a client's; a long one by its length
         if exc.status_code == 404:
-            return respond(request, NotFound(f"no route {request.method} {request.url.path}"))
+            return respond(request, NotFound(f"no route {request.method} {path}"))
         if exc.status_code == 405:
-            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}",
+            return respond(request, MethodNotAllowed(f"{request.method} is not allowed on {path}",
                                                      headers={"Allow": _allowed_methods(request)}))
         if exc.status_code == 400:  # e.g. Starlette's body parsing: keep to the documented codes
             return respond(request, BadRequest(f"bad request: {exc.detail}"))
@@ -207,7 +252,7 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.exception("unhandled error on %s %s", request.method, bounded(request.url.path, MAX_ECHO))
         return respond(request, InternalError(f"internal error: {type(exc).__name__}"))
 
 
@@ -233,6 +278,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(act.ACT_COMPONENTS)
         components.update(inference_v2.V2_COMPONENTS)
+        components.update(agents.AGENTS_COMPONENTS)
         error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(error_schema.pop("$defs", {}))
         components["ErrorResponse"] = error_schema

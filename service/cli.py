@@ -5,9 +5,11 @@ Subcommands import lazily so `rlserve serve` on an ONNX-only image never imports
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
+from importlib import metadata
 
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, function, one-line help)
@@ -17,13 +19,29 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("rlserve.client.demo", "demo_main", "play episodes against a running service"),
     "experience": ("rlserve.service.experience.cli", "experience_main", "summarise or convert an experience log"),
 }
+EXIT_USAGE = 2
 
 
 def _usage() -> str:
-    lines = ["usage: rlserve <command> [options]", "", "commands:"]
+    lines = ["usage: rlserve <command> [options]", "       rlserve --version", "", "commands:"]
     lines += [f"  {name:<8} {help_}" for name, (_, _, help_) in _COMMANDS.items()]
     lines += ["", "`rlserve <command> --help` shows a command's options."]
     return "\n".join(lines)
+
+
+def version() -> str:
+    """The installed distribution's version (what `pip show rlserve` says)."""
+    try:
+        return metadata.version("rlserve")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def _unknown(name: str) -> str:
+    """One line for a command that does not exist, with the closest one when there is one."""
+    close = difflib.get_close_matches(name, list(_COMMANDS), n=1, cutoff=0.5)
+    hint = f"did you mean `rlserve {close[0]}`?" if close else f"the commands are {', '.join(_COMMANDS)}"
+    return f"rlserve: unknown command {name!r}: {hint} (`rlserve --help` lists them)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,10 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(_usage())
         return 0
+    if args[0] in ("-V", "--version"):
+        print(f"rlserve {version()}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in _COMMANDS:
-        print(f"rlserve: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        print(_unknown(name), file=sys.stderr)
+        return EXIT_USAGE
     module_name, func_name, _ = _COMMANDS[name]
     func = getattr(importlib.import_module(module_name), func_name)
     try:

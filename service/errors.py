@@ -3,15 +3,58 @@
 Every error leaving the server is ``{"error": {"code", "message", "field", "expected",
 "received"}}``. Handlers raise a ``ServiceError`` subclass; the API layer maps it to its
 HTTP status. This module is framework-free so the raw ASGI act path can use it too.
+
+It also owns the rule for a client's text in what the server says back or logs: a string
+longer than ``MAX_ECHO`` characters (a session id, an unknown key, a model name, a header
+value) is reported by its length, never echoed. Messages quote client values through
+``quoted``; ``to_json`` applies the rule to every part of an error once more (``bounded``
+for text the server wrote around a client's, ``_jsonable`` for what was received), and
+``BoundedLogLines`` to log records and their tracebacks. An error body stays a few KiB
+and a log line bounded, whatever was sent.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
+
+# Client text longer than this is described by its length (the Open Inference Protocol's
+# names are up to 256 characters: every legal one is still quoted).
+MAX_ECHO = 256
+MAX_MESSAGE = 2048  # a message (or a log line) longer than this is cut, saying how long it was
+MAX_TRACEBACK = 16384
+_LONG_RUN = re.compile(rf"\S{{{MAX_ECHO + 1},}}")
+
+
+def quoted(value: object) -> str:
+    """``value`` as a message quotes it: its ``repr``, or what it is and its length when
+    that would be longer than ``MAX_ECHO`` characters (a client's value, never echoed)."""
+    if isinstance(value, str | bytes | list | tuple | dict | set | frozenset) and len(value) > MAX_ECHO:
+        unit = "characters" if isinstance(value, str) else "bytes" if isinstance(value, bytes) else "items"
+        return f"<{type(value).__name__} of {len(value)} {unit}>"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails (recursion, int digits) must not escape
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= MAX_ECHO else f"<{type(value).__name__} of {len(text)} characters as text>"
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
+    """Text the server wrote that may hold a client's (a message, a log line): every run of
+    more than ``MAX_ECHO`` non-blank characters becomes its length, and the whole is cut at
+    ``limit`` characters, saying how long it was."""
+    if len(text) <= MAX_ECHO:
+        return text
+    text = _LONG_RUN.sub(lambda run: f"<{len(run[0])} characters>", text)
+    if len(text) > limit:
+        text = f"{text[:limit - 48]} ... <cut: {len(text)} characters in all>"
+    return text
 
 
 class ServiceError(Exception):
@@ -38,14 +81,17 @@ class ServiceError(Exception):
 
     def to_json(self) -> dict[str, Any]:
         # Every part is made encodable: an error must never fail to be reported (a received
-        # inf, a lone surrogate or a 5000-digit integer would make the JSON encoder raise).
+        # inf, a lone surrogate or a 5000-digit integer would make the JSON encoder raise),
+        # and small: a client's long text is described by its length (``MAX_ECHO``).
+        longs = _long_strings((self.field, self.received), [])  # the client's, quoted whole
+        expected = _Describe(_EXPECTED.items, lambda text: bounded(_strip(text, longs)))
         return {
             "error": {
                 "code": self.code,
-                "message": _text(self.message),
-                "field": None if self.field is None else _text(self.field),
-                "expected": _jsonable(self.expected),
-                "received": _jsonable(self.received),
+                "message": _text(bounded(_strip(self.message, longs))),
+                "field": None if self.field is None else _text(bounded(_strip(self.field, longs), MAX_ECHO)),
+                "expected": _jsonable(self.expected, expected),
+                "received": _jsonable(self.received, _RECEIVED),
             }
         }
 
@@ -57,12 +103,31 @@ _MAX_DEPTH = 8  # deeper parts of a received value are described by a short repr
 _MAX_INT_BITS = 1024  # larger integers cannot be written as JSON by every encoder
 
 
-def _jsonable(value: Any, depth: int = 0) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Describe:
+    """How ``_jsonable`` shortens a part: its longest list, and its strings."""
+
+    items: int
+    text: Callable[[str], str]
+
+
+def _long_string(value: str) -> str:
+    return value if len(value) <= MAX_ECHO else f"a string of {len(value)} characters"
+
+
+# ``received`` is the client's: a long string is only its length. ``expected`` is the
+# server's, which may quote a client's value: the rule for text the server wrote.
+_RECEIVED = _Describe(32, _long_string)
+_EXPECTED = _Describe(256, bounded)
+
+
+def _jsonable(value: Any, describe: _Describe, depth: int = 0) -> Any:
     """Describe a value for the error payload without risking a second failure.
 
     Strict-JSON safe: non-finite floats become strings ("inf"), strings that are not valid
     Unicode get their bad characters escaped, huge integers and deep or unknown values a
-    short text.
+    short text. Small: long strings and containers of more than ``describe.items``
+    entries are described by their length.
     """
     if value is None or isinstance(value, bool):
         return value
@@ -71,17 +136,49 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, str):
-        return _text(value)
+        return _text(describe.text(value))
+    if isinstance(value, list | tuple | dict) and len(value) > describe.items:
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"
     if depth < _MAX_DEPTH and isinstance(value, list | tuple):
-        return [_jsonable(v, depth + 1) for v in value]
+        return [_jsonable(v, describe, depth + 1) for v in value]
     if depth < _MAX_DEPTH and isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {_text(k): _jsonable(v, depth + 1) for k, v in value.items()}
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a repr that fails (recursion, int digits) must not escape
-        text = f"<{type(value).__name__}>"
-    text = _text(text)
-    return text if len(text) <= 200 else text[:197] + "..."
+        return {_key(k, i): _jsonable(v, describe, depth + 1) for i, (k, v) in enumerate(value.items())}
+    return _text(quoted(value))
+
+
+def _long_strings(value: Any, found: list[str], depth: int = 0) -> list[str]:
+    """The strings longer than ``MAX_ECHO`` in ``value`` (keys too; a few levels deep)."""
+    if isinstance(value, str):
+        if len(value) > MAX_ECHO:
+            found.append(value)
+    elif depth < 3 and isinstance(value, list | tuple):
+        for item in value[:_RECEIVED.items]:
+            _long_strings(item, found, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for key, item in list(value.items())[:_RECEIVED.items]:
+            _long_strings(key, found, depth + 1)
+            _long_strings(item, found, depth + 1)
+    return found
+
+
+def without(message: str, values: Any) -> str:
+    """``message`` with each long client string of ``values`` (an error's field and what it
+    received, a log line's arguments) replaced by its length: a library's message
+    (msgspec's, pydantic's, a distribution's) quotes the value whole."""
+    return _strip(message, _long_strings(values, [])) if len(message) > MAX_ECHO else message
+
+
+def _strip(message: str, longs: list[str]) -> str:
+    for value in longs:
+        if len(message) <= MAX_ECHO:
+            break
+        described = f"<{len(value)} characters>"
+        message = message.replace(repr(value), described).replace(value, described)
+    return message
+
+
+def _key(key: str, index: int) -> str:
+    return _text(key) if len(key) <= MAX_ECHO else f"<key {index}: {len(key)} characters>"
 
 
 def _text(value: str) -> str:
@@ -224,7 +321,32 @@ def summarize_received(value: Any) -> Any:
     if isinstance(value, list):
         return f"list of length {len(value)}"
     if isinstance(value, dict):
-        return f"object with keys {sorted(value)[:10]}"
+        keys = sorted(value, key=str)[:10]
+        return f"object with keys [{', '.join(quoted(k) for k in keys)}]"
     if isinstance(value, str) and len(value) > 40:
         return f"string of length {len(value)}"
     return value
+
+
+class BoundedLogLines(logging.Filter):
+    """The same rule for log records: a message (arguments included) and a traceback are
+    ``bounded``, so a client's multi-megabyte string is logged by its length."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > MAX_ECHO:
+            record.msg, record.args = bounded(without(message, record.args)), None
+        if record.exc_info and not record.exc_text:
+            error = record.exc_info[1]
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = bounded(without(text, error.args if error is not None else ()), MAX_TRACEBACK)
+        return True
+
+
+def bound_log_lines(*loggers: str) -> None:
+    """Put ``BoundedLogLines`` on every handler of the root logger and of ``loggers``
+    (uvicorn's have handlers of their own); calling it again adds nothing."""
+    for name in ("", *loggers):
+        for handler in logging.getLogger(name or None).handlers:
+            if not any(isinstance(f, BoundedLogLines) for f in handler.filters):
+                handler.addFilter(BoundedLogLines())

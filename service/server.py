@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import logging
 import signal
 import socket
@@ -18,27 +17,37 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
-from pydantic import ValidationError
+from rlserve.service.errors import bound_log_lines
+from rlserve.service.settings import Settings
+from rlserve.service.startup import StartRefused, check_start, load_settings
 
-from rlserve.service.settings import Settings, UnknownSetting
-
-# The exit status of a start that was refused: invalid settings, or a --checkpoint that does
-# not load (a supervisor of --workers stops and returns it too).
+# The exit status of a start that was refused: invalid settings or flags, a missing extra or
+# path, an unreachable session store (service/startup.py), or a --checkpoint that does not
+# load (a supervisor of --workers stops and returns it too).
 STARTUP_REFUSED = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlserve serve",
-        description="Serve every bundle of a model repository over HTTP. Options override the "
-                    "RLSERVE_* environment variables; without --repository the embedded default "
-                    "models are served.")
+        description="Serve every bundle of a model repository, or RLlib checkpoints, over HTTP. Options "
+                    "override the RLSERVE_* environment variables. Without --repository and --checkpoint the "
+                    "embedded default models are served; with either, only what they name.")
     parser.add_argument("--repository", type=Path, help="directory of bundles (dirs or .rlsb archives)")
     parser.add_argument("--checkpoint", action="append", metavar="[NAME=]DIR",
-                        help="an RLlib checkpoint directory to export and serve (repeatable; needs torch); "
-                             "the model is named NAME, else after the directory")
+                        help="an RLlib checkpoint directory to export and serve (repeatable; needs torch, unless "
+                             "its export is cached from an earlier start); the model is named NAME, else after "
+                             "the directory")
+    parser.add_argument("--policy-set", action="append", metavar="[NAME=]DIR",
+                        help="a policy set to serve (multi-agent, repeatable): a set directory, or a multi-policy "
+                             "RLlib checkpoint with --mapping/--map/--default-policy (needs torch)")
+    parser.add_argument("--mapping", type=Path,
+                        help="agent-to-policy mapping JSON for --policy-set (replaces a set's own)")
+    parser.add_argument("--map", action="append", default=[], metavar="AGENT=POLICY",
+                        help="one mapping rule (an agent id or a glob such as 'red_*'), after --mapping's (repeatable)")
+    parser.add_argument("--default-policy", metavar="POLICY", help="the policy of every agent no rule names")
     parser.add_argument("--host", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--grpc-port", type=int, help="also serve the Open Inference Protocol over gRPC on this "
@@ -46,39 +55,68 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
     parser.add_argument("--workers", type=int, help="processes serving the port (default 1); sessions then "
                                                     "need RLSERVE_SESSION_STORE")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the full traceback when the start fails (so does --log-level debug)")
+    parser.add_argument("--device", help="auto (default: CUDA when the runtime can use it), cpu, cuda or cuda:N")
     return parser
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage mistake said in one line (argparse prints the usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(STARTUP_REFUSED, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
 
 
 def serve_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {k: v for k, v in {"repository": args.repository, "host": args.host, "port": args.port,
                                    "log_level": args.log_level, "checkpoints": args.checkpoint,
-                                   "workers": args.workers, "grpc_port": args.grpc_port}.items()
+                                   "workers": args.workers, "grpc_port": args.grpc_port,
+                                   "device": args.device, "policy_sets": args.policy_set}.items()
                  if v is not None}
     try:
-        settings = Settings(**overrides)
-    except (ValidationError, UnknownSetting) as exc:
-        print(f"rlserve serve: invalid settings:\n{exc}", file=sys.stderr)
+        if args.mapping is not None or args.map or args.default_policy is not None:
+            from rlserve.models.export.set_cli import SetInputError, mapping_from_args
+
+            try:
+                overrides["agent_mapping"] = mapping_from_args(args).to_json()
+            except SetInputError as exc:
+                print(f"rlserve serve: {' '.join(str(exc).split())}", file=sys.stderr)
+                return STARTUP_REFUSED
+        settings = load_settings(overrides)
+        check_start(settings, given=overrides)
+    except StartRefused as exc:
+        for line in exc.lines:
+            print(f"rlserve serve: {line}", file=sys.stderr)
         return STARTUP_REFUSED
-    _configure_logging(settings)
-    refusal = _grpc_refusal(settings)
-    if refusal is not None:
-        print(f"rlserve serve: {refusal}", file=sys.stderr)
-        return STARTUP_REFUSED
-    if settings.workers > 1:
-        from rlserve.service.workers import run_workers
+    configure_logging(settings)
+    try:
+        if settings.workers > 1:
+            from rlserve.service.workers import run_workers
 
-        return run_workers(settings)
-    return serve(settings)
+            return run_workers(settings)
+        return serve(settings)
+    except Exception as exc:  # a failure that is no refusal of the input: one line unless asked for more
+        if args.traceback or settings.log_level == "debug":
+            raise
+        print(f"rlserve serve: the start failed: {one_line(exc)} (--traceback shows the details)", file=sys.stderr)
+        return 1
 
 
-def _configure_logging(settings: Settings) -> None:
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def configure_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    bound_log_lines()  # a client's long string is logged by its length, as in error bodies
 
 
 def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
     """Run one server process (on ``sockets`` when a supervisor bound them) until it stops."""
-    _configure_logging(settings)
+    configure_logging(settings)
     import uvicorn
 
     from rlserve.service.app import create_app
@@ -86,10 +124,12 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     app = create_app(settings)
     # A checkpoint named on the command line is what the user asked to serve: one that does
     # not load stops the start (a repository's bundles that fail are listed, not fatal).
-    failed = {spec: why for spec, why in app.state.registry.failures.items() if spec in settings.checkpoints}
+    asked = {**{spec: "--checkpoint" for spec in settings.checkpoints},
+             **{spec: "--policy-set" for spec in settings.policy_sets}}
+    failed = {spec: why for spec, why in app.state.registry.failures.items() if spec in asked}
     if failed:
         for spec, why in failed.items():
-            print(f"rlserve serve: --checkpoint {spec}: {why}", file=sys.stderr)
+            print(f"rlserve serve: {asked[spec]} {spec}: {' '.join(why.split())}", file=sys.stderr)
         return STARTUP_REFUSED
     # Everything allocated so far (frameworks, models) lives for the whole process; moving
     # it out of the collector's view keeps full collections from scanning it on the hot
@@ -100,29 +140,16 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     if settings.act_protocol and app.raw_act is not None:
         from rlserve.service.act.protocol import act_protocol_class
 
-        http = act_protocol_class(app.raw_act) or "auto"
+        http = act_protocol_class(app.raw_act, app.state.access_log) or "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, workers=1, lifespan="on", http=http)
+    bound_log_lines("uvicorn", "uvicorn.error", "uvicorn.access")  # the handlers uvicorn.Config installed
     server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s)
     if sockets is None:
         server.run()
     else:
         server.run(sockets=sockets)
     return 0
-
-
-def _grpc_refusal(settings: Settings) -> str | None:
-    """Why the gRPC settings cannot start (checked once, before any worker starts)."""
-    port = settings.grpc_port
-    if port is None:
-        return None
-    if importlib.util.find_spec("grpc") is None:  # the [grpc] extra
-        return "RLSERVE_GRPC_PORT / --grpc-port needs grpcio: pip install 'rlserve[grpc]'"
-    if port == 0 and settings.workers > 1:
-        return "--grpc-port 0 would give each worker its own port; name one for all workers"
-    if port and port == settings.port:
-        return f"--grpc-port {port} is the HTTP port too; gRPC needs a port of its own (Triton uses 8001)"
-    return None
 
 
 def _draining_server(base: type) -> type:

@@ -9,33 +9,44 @@ stops the start with the closest setting's name, unless it is one of ``NOT_SETTI
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
+from rlserve.service.serving.runtime.device import DeviceRequest
 
 PREFIX = "RLSERVE_"
-# RLSERVE_* variables the project reads that are not server settings, so a shell that sets
-# them for those tools can still start the server. A new one belongs here (and in the README).
-NOT_SETTINGS = {
-    "RLSERVE_URL": "the server docker/load_model.sh talks to",
+# RLSERVE_* variables that are not server settings, so a shell that exports them can still
+# start the server (never taken for misspelt settings). A new one belongs here and in the
+# README; tests/unit/test_documented_variables.py checks that every RLSERVE_* name in the
+# docs is a setting or one of these.
+# Read by clients: the docs ask users to export them for the examples.
+CLIENT_VARIABLES = {
+    "RLSERVE_URL": "the HTTP address rlserve demo, docker/load_model.sh and the docs' client examples use",
+    "RLSERVE_GRPC_URL": "the gRPC address the docs' tritonclient.grpc example uses (docs/api.md)",
+}
+# Read by the project's other tools.
+TOOL_VARIABLES = {
     "RLSERVE_GPU_PORT": "the GPU service's host port in docker/compose.yaml",
+    "RLSERVE_LB_PORT": "the load balancer's host port in docker/compose.yaml",
     "RLSERVE_ORACLE_DIR": "the RLlib fixtures the tests compare with",
     "RLSERVE_CHECKPOINT_DIR": "the RLlib checkpoints the tests compare with",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
     "RLSERVE_CI_VENV": "where .ci/run builds its environment",
 }
+NOT_SETTINGS = {**CLIENT_VARIABLES, **TOOL_VARIABLES}
 
 RuntimeName = Literal["auto", "onnx", "torchscript"]
 SessionCache = Literal["validate", "trust"]
 _STORE_SCHEMES = ("redis", "rediss", "unix")
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+AccessLog = Literal["off", "refused", "all"]
+AccessLogFormat = Literal["text", "json"]
 
 
 class Settings(BaseSettings):
@@ -44,11 +55,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLSERVE_", extra="forbid", frozen=True)
 
     # Where bundles live. None serves the embedded defaults in service/default_models/
-    # (unless checkpoints are given).
+    # (unless checkpoints are given: then only they are served).
     repository: Path | None = None
     # RLlib checkpoint directories to export at start and serve, as "PATH" or "NAME=PATH"
-    # (JSON list in the environment); needs torch.
+    # (JSON list in the environment); needs torch unless the export is cached.
     checkpoints: list[str] = []
+    # Where checkpoint exports are kept between starts (serving/export_cache.py). None:
+    # $XDG_CACHE_HOME/rlserve/exports, else ~/.cache/rlserve/exports.
+    export_cache: Path | None = None
+    # Policy sets (multi-agent) to serve at start, as "[NAME=]DIR" (JSON list in the
+    # environment): a set directory (`rlserve export ... --mapping FILE`), or a multi-policy
+    # RLlib checkpoint, exported at start with agent_mapping (needs torch).
+    policy_sets: list[str] = []
+    # The agent-to-policy mapping of the policy sets above (JSON: {"agents": {"player_0":
+    # "p0"}, "patterns": [["red_*", "p0"]], "default": "p1"}); replaces a set's own mapping.
+    agent_mapping: dict[str, Any] | None = None
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     # The Open Inference Protocol's gRPC service on this port too (None: off; 0 picks a free
@@ -100,11 +121,18 @@ class Settings(BaseSettings):
     # ONNX Runtime's other intra-op threads spin between and after calls by default; a server
     # shares its cores with the event loop (and often its clients), so here they sleep.
     intra_op_spinning: bool = False
-    use_gpu: bool = True  # use CUDA when the runtime offers it
+    # auto: CUDA when the runtime can use it (else the CPU, and the log says why); cpu;
+    # cuda or cuda:N: CUDA device N or the bundle is refused (docs/api.md).
+    device: str = "auto"
+    # ONNX Runtime's TensorRT provider ahead of CUDA's, where the installed build has it.
+    onnx_tensorrt: bool = False
     default_explore: bool | None = None  # None: each bundle's own 'explore' setting
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # Rows one request may carry, in any form (JSON list, binary block, Open Inference
+    # Protocol tensors): a declared shape is held to it before anything is allocated.
+    max_rows: int = Field(65536, ge=1)
     # The most bytes one .rlsb archive (uploaded or in the repository) may unpack to.
     max_unpacked_bytes: int = Field(MAX_UNPACKED_BYTES, ge=1)
     fast_act_path: bool = True  # serve /act through the raw ASGI handler
@@ -112,6 +140,10 @@ class Settings(BaseSettings):
     # without an ASGI task per request (service/act_protocol.py); False keeps it on ASGI.
     act_protocol: bool = True
     log_level: LogLevel = "info"
+    # One line per request (service/access_log.py): refused (default) logs the answers with
+    # a status >= 400 only, all every answer, off none; the format is text or JSON lines.
+    access_log: AccessLog = "refused"
+    access_log_format: AccessLogFormat = "text"
 
     # The experience log (docs/experience.md): what was served, written as training data in
     # RLlib's offline Parquet forms under this folder (None: off; needs the [experience] extra).
@@ -138,7 +170,12 @@ class Settings(BaseSettings):
         check_environment(os.environ)
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
-    @field_validator("repository")
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return str(DeviceRequest.parse(value))  # "cuda" is "cuda:0"
+
+    @field_validator("repository", "export_cache")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser().resolve()
@@ -152,17 +189,28 @@ class Settings(BaseSettings):
         if "://" not in value or scheme not in _STORE_SCHEMES:
             raise ValueError(f"a Redis/Valkey URL starting with one of {[s + '://' for s in _STORE_SCHEMES]}, "
                              "e.g. redis://localhost:6379/0 or unix:///run/redis.sock")
-        if importlib.util.find_spec("redis") is None:
-            raise ValueError("an external session store needs its client library: pip install 'rlserve[redis]'")
+        # The client library ([redis] extra) and the store's answer are checked at start
+        # (service/startup.py), where a refusal can say how to install it.
+        return value
+
+    @field_validator("agent_mapping")
+    @classmethod
+    def _mapping(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            from rlserve.models.multiagent.mapping import AgentMapping, MappingError
+
+            try:
+                AgentMapping.from_json(value)
+            except MappingError as exc:
+                raise ValueError(str(exc)) from exc
         return value
 
     @field_validator("experience_log")
     @classmethod
     def _experience_folder(cls, value: Path | None) -> Path | None:
+        # pyarrow missing is the start-up check's refusal (service/startup.py), as for every extra.
         if value is None or not str(value):
             return None
-        if importlib.util.find_spec("pyarrow") is None:
-            raise ValueError("the experience log writes Parquet with pyarrow: pip install 'rlserve[experience]'")
         return value.expanduser().resolve()
 
     @field_validator("experience_models")
@@ -170,7 +218,7 @@ class Settings(BaseSettings):
     def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
         for name, fraction in value.items():
             if not 0.0 <= fraction <= 1.0:
-                raise ValueError(f"model {name!r}: a fraction of episodes in [0, 1], got {fraction}")
+                raise ValueError(f"a fraction of episodes in [0, 1] for each model, {name!r}: {fraction}")
         return value
 
     @field_validator("admin_token")

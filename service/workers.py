@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -39,10 +40,19 @@ MAX_QUICK_EXITS = 3
 def run_workers(settings: Settings) -> int:
     import uvicorn
 
+    context = multiprocessing.get_context("spawn")
+    if settings.checkpoints:
+        # Exported once, into the export cache, by a process of its own (torch stays out of
+        # the supervisor): the workers then load the kept bundles, and a checkpoint that
+        # cannot be exported is said once rather than by every worker.
+        exporter = context.Process(target=_export_checkpoints, args=(settings,), name="rlserve-export")
+        exporter.start()
+        exporter.join()
+        if exporter.exitcode != 0:
+            return STARTUP_REFUSED if exporter.exitcode == STARTUP_REFUSED else 1
     config = uvicorn.Config("rlserve.service.app:create_app", host=settings.host, port=settings.port,
                             log_level=settings.log_level)
     sock = config.bind_socket()  # SO_REUSEADDR, inheritable; each worker listens on it
-    context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
@@ -97,10 +107,38 @@ def _start(context: Any, settings: Settings, sock: socket.socket, index: int) ->
 
 
 def _worker(settings: Settings, sock: socket.socket) -> None:
-    from rlserve.service.server import serve
+    from rlserve.service.server import one_line, serve
 
     threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
-    raise SystemExit(serve(settings, sockets=[sock]))  # STARTUP_REFUSED: a named checkpoint did not load
+    try:
+        status = serve(settings, sockets=[sock])  # STARTUP_REFUSED: a named checkpoint did not load
+    except Exception as exc:  # as a single process says it: one line, the traceback with debug logging
+        if settings.log_level == "debug":
+            raise
+        print(f"rlserve serve: a worker failed to start: {one_line(exc)} (--log-level debug shows the details)",
+              file=sys.stderr)
+        status = 1
+    raise SystemExit(status)
+
+
+def _export_checkpoints(settings: Settings) -> None:
+    """Export every ``--checkpoint`` into the export cache; exit 2 with one line per
+    checkpoint that cannot be."""
+    from rlserve.service.errors import BundleInvalid
+    from rlserve.service.server import configure_logging
+    from rlserve.service.serving.checkpoints import parse_checkpoint_arg
+    from rlserve.service.serving.loading import load_policy
+
+    configure_logging(settings)
+    status = 0
+    for spec in settings.checkpoints:
+        name, path = parse_checkpoint_arg(spec)
+        try:  # what each worker will do, once: export (kept), load, verify
+            load_policy(path, settings, name=name).bundle.close()
+        except BundleInvalid as exc:
+            print(f"rlserve serve: --checkpoint {spec}: {' '.join(exc.message.split())}", file=sys.stderr)
+            status = STARTUP_REFUSED
+    raise SystemExit(status)
 
 
 def _stop_with_parent(parent: int) -> None:

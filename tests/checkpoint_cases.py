@@ -31,16 +31,29 @@ def checkpoint_dir() -> Path:
     return (REPO_ROOT / ".." / "shared" / "oracle" / "checkpoints").resolve()
 
 
-def _cases_in(root: Path) -> list[Path]:
+def _cases_in(root: Path, multi_agent: bool = False) -> list[Path]:
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if (p / "reference.json").is_file() and (p / "checkpoint").is_dir())
+    found = (p for p in root.iterdir() if (p / "reference.json").is_file() and (p / "checkpoint").is_dir())
+    return sorted(p for p in found if _is_multi_agent(p) == multi_agent)
+
+
+@cache
+def _is_multi_agent(case: Path) -> bool:
+    """A policy set's case (``scripts/record_rllib_multiagent.py``): its answers are per agent."""
+    return bool(json.loads((case / "reference.json").read_text()).get("multi_agent"))
 
 
 def case_ids() -> list[str]:
-    """``<folder label>/<case folder>`` for every case in both folders."""
+    """``<folder label>/<case folder>`` for every single-policy case in both folders."""
     ids = [f"shared/{p.name}" for p in _cases_in(checkpoint_dir())]
     return ids + [f"own/{p.name}" for p in _cases_in(OWN_CASES)]
+
+
+def multi_agent_case_ids() -> list[str]:
+    """The multi-policy (multi-agent) cases, whose answers are per agent."""
+    ids = [f"shared/{p.name}" for p in _cases_in(checkpoint_dir(), multi_agent=True)]
+    return ids + [f"own/{p.name}" for p in _cases_in(OWN_CASES, multi_agent=True)]
 
 
 def case_path(case_id: str) -> Path:

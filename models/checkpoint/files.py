@@ -52,7 +52,8 @@ def _first_file(directory: Path, names: tuple[str, ...]) -> Path | None:
     return next((directory / n for n in names if (directory / n).is_file()), None)
 
 
-def _policy_ids(checkpoint_dir: Path) -> list[str]:
+def policy_ids(checkpoint_dir: Path) -> list[str]:
+    """The policy ids of an algorithm checkpoint (its `policies/<policy_id>/` holding a policy state)."""
     policies = checkpoint_dir / "policies"
     if not policies.is_dir():
         return []
@@ -83,24 +84,26 @@ def _for_policy_file(state_file: Path) -> CheckpointFiles:
 
 
 def _pick_policy(checkpoint_dir: Path, policy_id: str | None) -> CheckpointFiles:
-    ids = _policy_ids(checkpoint_dir)
+    ids = policy_ids(checkpoint_dir)
     if not ids:
         raise CheckpointError(
             f"{checkpoint_dir}: no policy found: expected policies/<policy_id>/policy_state.pkl "
             "(an RLlib Algorithm checkpoint), or policy_state.pkl itself (a Policy checkpoint)"
         )
     if policy_id is None and len(ids) > 1:
-        raise CheckpointError(f"{checkpoint_dir}: holds policies {ids}; pass --policy-id (policy_id) to pick one")
+        raise CheckpointError(f"{checkpoint_dir}: holds policies {ids}; pass --policy-id (policy_id) to pick one, "
+                              "or an agent mapping (--mapping FILE, --map AGENT=POLICY, --default-policy ID) to "
+                              "export them all as a policy set")
     chosen = ids[0] if policy_id is None else policy_id
     if chosen not in ids:
         raise CheckpointError(f"{checkpoint_dir}: no policy {chosen!r} under policies/; available: {ids}")
     state_file = _first_file(checkpoint_dir / "policies" / chosen, _POLICY_STATE)
-    assert state_file is not None  # _policy_ids lists only directories holding one
+    assert state_file is not None  # policy_ids lists only directories holding one
     return _for_policy_file(state_file)
 
 
 def _algorithm_state_hint(path: Path) -> CheckpointError:
-    ids = _policy_ids(path.parent)
+    ids = policy_ids(path.parent)
     where = (f"policies/<policy_id>/policy_state{'.msgpck' if path.suffix == '.msgpck' else '.pkl'} "
              f"(policy ids here: {ids})")
     return CheckpointError(

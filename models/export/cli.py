@@ -8,6 +8,7 @@
 An RLlib checkpoint (algorithm or policy directory, or its policy_state file; given as
 CHECKPOINT or as --weights) supplies the spaces, model config, filter statistics,
 normalize_actions/clip_actions and weights; the other flags override what it says.
+    rlserve export CHECKPOINT --out DIR --mapping mapping.json   (a policy set: models/export/set_cli.py)
     rlserve inspect BUNDLE [--json] [--no-verify]
 
 Bad input (missing file, invalid JSON, space or config, weights that do not fit) exits 2
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.set_cli import SetInputError, add_set_arguments, export_set, format_policy_set, wants_set
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -69,6 +71,7 @@ def _export_parser() -> argparse.ArgumentParser:
                      "default: the checkpoint's explore setting, else sampling)")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
     out.add_argument("--traceback", action="store_true", help="show the full traceback when the export fails")
+    add_set_arguments(p)
     return p
 
 
@@ -84,8 +87,13 @@ def export_main(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
+        if wants_set(args):
+            written = export_set(args, progress)
+            progress.done()
+            print(f"wrote {written}")
+            return EXIT_OK
         return _export(args, progress)
-    except (InputError, OSError) as exc:
+    except (InputError, SetInputError, OSError) as exc:
         progress.done()
         print(f"rlserve export: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -337,6 +345,17 @@ def inspect_main(argv: list[str]) -> int:
     args = _inspect_parser().parse_args(argv)
     from rlserve.models.export.bundle import load_bundle
     from rlserve.models.export.report import format_manifest
+    from rlserve.models.multiagent.policy_set import POLICY_SET_MANIFEST, is_policy_set
+
+    if is_policy_set(args.bundle):
+        try:
+            text = ((args.bundle / POLICY_SET_MANIFEST).read_text(encoding="utf-8").rstrip() if args.json
+                    else format_policy_set(args.bundle, verified=not args.no_verify))
+        except BundleError as exc:
+            print(f"rlserve inspect: error: {args.bundle}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(text)
+        return EXIT_OK
 
     try:
         bundle = load_bundle(args.bundle, verify_checksums=not args.no_verify)

@@ -114,8 +114,10 @@ def versions() -> dict[str, str]:
 
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
-    """The exporter logs optional-dependency notes (torchvision ops) on every call."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo")]
+    """The exporter logs optional-dependency notes (torchvision ops) on every call, and its
+    graph passes (onnxscript's optimizer and rewriter, onnx_ir's passes) INFO lines on every
+    export: a server that exports a checkpoint would show ~10 of them per policy."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "onnx_ir")]
     levels = [lg.level for lg in loggers]
     try:
         for lg in loggers:

@@ -8,6 +8,7 @@ from typing import Any
 from rlserve.models.export.bundle import Bundle
 
 _SEP = "-" * 72
+_IMAGE_PREPROCESSOR = "GenericPixelPreprocessor"
 
 
 def format_manifest(bundle: Bundle, verified: bool = True) -> str:
@@ -57,8 +58,12 @@ def _spaces(data: dict[str, Any]) -> str:
 def _preprocessing(data: dict[str, Any]) -> str:
     prep = data["preprocessor"]
     shape = tuple(prep.get("output_shape", ()))
-    options = " ".join(f"{k}={v}" for k, v in (prep.get("options") or {}).items())
-    lines = [f"preprocessor: {prep.get('class')} -> {shape} {prep.get('output_dtype', '')}  ({options})"]
+    line = f"preprocessor: {prep.get('class')} -> {shape} {prep.get('output_dtype', '')}"
+    # dim/grayscale/zero_mean only mean something to an image leaf; the manifest records
+    # them for every preprocessor.
+    if _IMAGE_PREPROCESSOR in json.dumps(prep):
+        line += "  (image options: " + " ".join(f"{k}={v}" for k, v in (prep.get("options") or {}).items()) + ")"
+    lines = [line]
     filt = data.get("filter")
     if filt is None:
         lines.append("filter: none")
@@ -140,10 +145,14 @@ def _files(files: dict[str, dict[str, Any]]) -> str:
 
 def _reference(ref: dict[str, Any]) -> str:
     diffs = ", ".join(f"{k} {v:.2g}" for k, v in (ref.get("max_abs_diff") or {}).items())
-    # max_rtol: the float32 rounding allowed relative to each output's largest value (docs/export.md).
-    scaled = "" if ref.get("max_rtol") is None else f" max_rtol={ref['max_rtol']}"
-    return (
-        f"reference: {ref.get('file')} (batch {ref.get('batch_size')}), verified at export for batch sizes "
-        f"{ref.get('checked_batch_sizes')} with rtol={ref.get('rtol')} atol={ref.get('atol')}{scaled}; "
-        f"max |runtime - eager|: {diffs or 'n/a'}"
-    )
+    # max_rtol: the float32 rounding allowed relative to each output's largest value
+    # (docs/export.md); without it (older bundles) the rule is atol + rtol*|eager|.
+    scaled = "" if ref.get("max_rtol") is None else " + max_rtol*max|eager|"
+    bounds = f"atol={ref.get('atol')} rtol={ref.get('rtol')}" + (
+        "" if ref.get("max_rtol") is None else f" max_rtol={ref['max_rtol']:.3g}")
+    return "\n".join([
+        f"reference: {ref.get('file')} (batch {ref.get('batch_size')}), checked at export for batch sizes "
+        f"{ref.get('checked_batch_sizes')}: passed",
+        f"  tolerance: |runtime - eager| <= atol + rtol*|eager|{scaled}, with {bounds}",
+        f"  largest difference seen (within that tolerance): {diffs or 'n/a'}",
+    ])

@@ -11,15 +11,16 @@ forms here carry the whole array as one buffer, read with one ``numpy.frombuffer
   headers, and optionally ``X-Rlserve-Explore`` (``true``/``false``) and
   ``X-Rlserve-Outputs`` (``value,entropy,...``). The answer is the JSON batch form.
 
-The block is validated as a whole by the preparer (``columns.decode_column``: shape,
-dtype casts that lose nothing, finiteness), with errors that name the first bad row.
+The declared shape is held to ``rlserve.service.step.sizes``' rule (the bytes that came,
+the row limit, the model's row where known) before numpy sees it; the block's values are
+validated as a whole by the preparer (``columns.decode_column``: shape, dtype casts that
+lose nothing, finiteness), with errors that name the first bad row.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import math
 import re
 from collections.abc import Iterable
 from typing import Annotated, Any, get_args
@@ -27,8 +28,9 @@ from typing import Annotated, Any, get_args
 import msgspec
 import numpy as np
 
-from rlserve.service.errors import InvalidInput
+from rlserve.service.errors import InvalidInput, quoted
 from rlserve.service.step.rows import Rows
+from rlserve.service.step.sizes import Expect, Fields, check_shape
 
 # Numeric dtypes a block may have (little-endian, as numpy names them).
 DTYPES = ("float32", "float64", "float16", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64",
@@ -49,39 +51,37 @@ class ObservationBlock(msgspec.Struct, forbid_unknown_fields=True):
     b64: Annotated[str, msgspec.Meta(extra_json_schema={"contentEncoding": "base64"})]
     # Checked by ``block_array`` (a 422 naming the field), documented as the enum it is.
     dtype: Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(DTYPES)})]
-    shape: Annotated[list[int], msgspec.Meta(extra_json_schema={"minItems": 1, "items": {"type": "integer",
-                                                                                         "minimum": 0}})]
+    shape: Annotated[list[int], msgspec.Meta(extra_json_schema={
+        "minItems": 1, "maxItems": 32, "items": {"type": "integer", "minimum": 1}})]
 
 
-def block_array(buffer: bytes | memoryview, dtype_name: Any, shape: Any, field: str,
-                dtype_field: str, shape_field: str) -> np.ndarray:
+def block_array(buffer: bytes | memoryview, dtype_name: Any, shape: Any, expect: Expect, fields: Fields,
+                dtype_field: str) -> np.ndarray:
     """The ``(B, ...)`` array of a block's bytes (one ``frombuffer``, no copy); its
-    dtype, shape and size are checked here, its values against the space by the preparer."""
+    dtype, and its shape against the bytes, the row limit and (where known) the model's
+    row (``sizes``), are checked before numpy sees the shape; its values against the
+    space by the preparer."""
     if dtype_name not in DTYPES:
-        raise InvalidInput(f"{dtype_field}: unknown dtype {dtype_name!r}", field=dtype_field,
+        raise InvalidInput(f"{dtype_field}: unknown dtype {quoted(dtype_name)}", field=dtype_field,
                            expected=f"one of {list(DTYPES)}", received=dtype_name)
-    if (not isinstance(shape, list) or len(shape) < 1 or not all(type(d) is int and d >= 0 for d in shape)
-            or shape[0] < 1):
-        raise InvalidInput(f"{shape_field}: expected the block's shape [B, *observation_shape] with B >= 1",
-                           field=shape_field, expected="a list of non-negative integers, B >= 1", received=shape)
     dtype = _DTYPES[dtype_name]
-    expected = math.prod(shape) * dtype.itemsize
-    if len(buffer) != expected:
-        raise InvalidInput(f"{field}: {len(buffer)} bytes do not hold a {dtype_name} array of shape {shape}",
-                           field=field, expected=f"{expected} bytes", received=f"{len(buffer)} bytes")
+    check_shape(shape, expect, fields, itemsize=dtype.itemsize, nbytes=len(buffer))
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 
-def decode_block(block: ObservationBlock) -> np.ndarray:
-    """The JSON form's array."""
+_BLOCK_FIELDS = Fields(shape="observations.shape", data="observations.b64")
+
+
+def decode_block(block: ObservationBlock, max_rows: int) -> np.ndarray:
+    """The JSON form's array. Its sessions choose the model version, so the row's shape is
+    the preparer's to check; the row limit and the bytes are checked here."""
     try:
         buffer = base64.b64decode(block.b64, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput("observations.b64: invalid base64", field="observations.b64",
                            expected="standard base64 of the array's bytes",
                            received=f"{len(block.b64)} characters that do not decode") from None
-    return block_array(buffer, block.dtype, block.shape, "observations.b64", "observations.dtype",
-                       "observations.shape")
+    return block_array(buffer, block.dtype, block.shape, Expect(max_rows), _BLOCK_FIELDS, "observations.dtype")
 
 
 # --------------------------------------------------------------------------- raw body
@@ -106,11 +106,11 @@ def is_raw(headers: Iterable[tuple[bytes, bytes]]) -> bool:
 def _check_headers(values: dict[bytes, str]) -> None:
     dtype, shape = values.get(DTYPE_HEADER), values.get(SHAPE_HEADER)
     if dtype is not None and dtype not in DTYPES:
-        raise InvalidInput(f"X-Rlserve-Dtype: unknown dtype {dtype!r}", field="X-Rlserve-Dtype",
+        raise InvalidInput(f"X-Rlserve-Dtype: unknown dtype {quoted(dtype)}", field="X-Rlserve-Dtype",
                            expected=f"one of {list(DTYPES)}", received=dtype)
     if shape is not None and not _SHAPE.match(shape):
-        raise InvalidInput("X-Rlserve-Shape: expected B,d1,d2,... (non-negative integers)", field="X-Rlserve-Shape",
-                           expected="B,d1,d2,...", received=shape)
+        raise InvalidInput("X-Rlserve-Shape: expected B,d1,d2,... (1..32 non-negative integers)",
+                           field="X-Rlserve-Shape", expected="B,d1,d2,...", received=shape)
     _explore(values.get(EXPLORE_HEADER))
     _outputs(values.get(OUTPUTS_HEADER))
 
@@ -127,11 +127,12 @@ def _header_values(headers: Iterable[tuple[bytes, bytes]]) -> dict[bytes, str]:
     return {name: value.decode("latin-1").strip() for name, value in headers if name in _HEADERS}
 
 
-_SHAPE = re.compile(r"^[0-9]+(,[0-9]+)*$")
+# At most 32 dimensions of at most 19 digits (int() of a longer one would be a 500).
+_SHAPE = re.compile(r"^[0-9]{1,19}(,[0-9]{1,19}){0,31}$")
 
 
 def _shape(text: str) -> Any:
-    """``B,d1,...`` as a list of ints; anything else as received (``block_array`` refuses it)."""
+    """``B,d1,...`` as a list of ints; anything else as received (``check_shape`` refuses it)."""
     return [int(part) for part in text.split(",")] if _SHAPE.match(text) else text
 
 
@@ -154,13 +155,17 @@ def _outputs(text: str | None) -> frozenset[str]:
     known = get_args(Extra)
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise InvalidInput(f"X-Rlserve-Outputs: unknown output {unknown[0]!r}", field="X-Rlserve-Outputs",
+        raise InvalidInput(f"X-Rlserve-Outputs: unknown output {quoted(unknown[0])}", field="X-Rlserve-Outputs",
                            expected=f"a comma-separated subset of {list(known)}", received=text)
     return frozenset(names)
 
 
-def raw_rows(headers: Iterable[tuple[bytes, bytes]], body: bytes) -> tuple[Rows, RawOptions]:
-    """A raw body and its headers -> the request's rows (batch form) and options."""
+_RAW_FIELDS = Fields(shape="X-Rlserve-Shape", data="body")
+
+
+def raw_rows(headers: Iterable[tuple[bytes, bytes]], body: bytes, expect: Expect) -> tuple[Rows, RawOptions]:
+    """A raw body and its headers -> the request's rows (batch form) and options; the
+    declared shape must be ``expect``'s (the addressed model's rows, the row limit)."""
     values = _header_values(headers)
     dtype, shape = values.get(DTYPE_HEADER), values.get(SHAPE_HEADER)
     if dtype is None or shape is None:
@@ -169,7 +174,7 @@ def raw_rows(headers: Iterable[tuple[bytes, bytes]], body: bytes) -> tuple[Rows,
                            field=missing, expected="X-Rlserve-Dtype (e.g. float32) and X-Rlserve-Shape (e.g. 64,16)",
                            received="no such header")
     options = RawOptions(_explore(values.get(EXPLORE_HEADER)), _outputs(values.get(OUTPUTS_HEADER)))
-    array = block_array(memoryview(body), dtype, _shape(shape), "body", "X-Rlserve-Dtype", "X-Rlserve-Shape")
+    array = block_array(memoryview(body), dtype, _shape(shape), expect, _RAW_FIELDS, "X-Rlserve-Dtype")
     return block_rows(array), options
 
 

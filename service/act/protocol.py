@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rlserve.service.access_log import ACCESS_KEY, AccessLog, current_note
 from rlserve.service.act.asgi import JSON_HEADERS, FastRoute, Headers, RawActHandler
 from rlserve.service.errors import ServiceError, as_service_error, body_too_large
 
@@ -37,9 +38,10 @@ _CYCLE_NAMES = ("body", "more_body", "response_started", "response_complete", "k
                 "on_response", "waiting_for_100_continue", "message_event", "scope")
 
 
-def act_protocol_class(handler: RawActHandler) -> type | None:
+def act_protocol_class(handler: RawActHandler, access_log: AccessLog | None = None) -> type | None:
     """A uvicorn HTTP protocol class serving act requests through ``handler``'s service,
-    or None when httptools or the uvicorn internals it builds on are missing."""
+    or None when httptools or the uvicorn internals it builds on are missing. Requests it
+    answers are written to ``access_log`` (when on): they never reach the ASGI app's."""
     try:
         from uvicorn.protocols.http.httptools_impl import (
             STATUS_LINE,
@@ -56,6 +58,7 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
 
     metrics = handler.metrics
     max_body = handler.max_body_bytes
+    access = access_log if access_log is not None and access_log.enabled else None
 
     class ActProtocol(HttpToolsProtocol):
         """uvicorn's httptools protocol, with act requests answered from batch callbacks."""
@@ -67,7 +70,10 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
             match = self._takes(cycle)
             if match is None:
                 super()._start_asgi_task(cycle, app)
-            elif cycle.more_body:  # the body is still arriving: on_message_complete submits
+                return
+            if access is not None:  # the latency counts from the end of the headers
+                cycle.scope[ACCESS_KEY] = access.note(match[1])
+            if cycle.more_body:  # the body is still arriving: on_message_complete submits
                 self._act_pending, self._act_route = cycle, match
             else:  # a pipelined request, complete while it waited for its turn
                 self._submit(cycle, match)
@@ -108,10 +114,15 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
             def reply(payload: bytes | None, error: ServiceError | None, headers: Headers = JSON_HEADERS) -> None:
                 self._reply(cycle, route, error, payload, headers)
 
+            # The service notes the request's rows in the access log's note (when on).
+            token = None if access is None else current_note.set(cycle.scope[ACCESS_KEY])
             try:
                 route.submit(match, cycle.scope, body, reply)
             except Exception as exc:  # never let one request take the worker down
                 self._reply(cycle, route, as_service_error(exc, log, "act failed"))
+            finally:
+                if token is not None:
+                    current_note.reset(token)
 
         def _reply(self, cycle: Any, route: FastRoute, error: ServiceError | None, payload: bytes | None = None,
                    headers: Headers = JSON_HEADERS) -> None:
@@ -135,6 +146,8 @@ def act_protocol_class(handler: RawActHandler) -> type | None:
             parts.append(b"\r\n")
             parts.append(payload)
             cycle.response_started = cycle.response_complete = True
+            if access is not None and (status >= 400 or not access.refused_only):
+                access.record_fast("POST", cycle.scope["path"], status, cycle.scope[ACCESS_KEY])
             if cycle.disconnected:  # the client left while the request was queued
                 return
             self.transport.write(b"".join(parts))

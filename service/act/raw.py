@@ -11,7 +11,7 @@ from rlserve.service.act.use_case import Accepted, ActService, Reply
 
 def accept_raw(service: ActService, name: str, version: str | None, headers: Iterable[tuple[bytes, bytes]],
                body: bytes) -> Accepted:
-    rows, options = raw_rows(headers, body)
+    rows, options = raw_rows(headers, body, service.block_expect(name, version))
     return service.accept_rows(name, version, rows, explore=options.explore, extras=options.outputs)
 
 

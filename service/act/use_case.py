@@ -32,41 +32,31 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from gymnasium import spaces as gs
 
+from rlserve.service.access_log import note_rows
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
-from rlserve.service.errors import (
-    BadRequest,
-    NotReady,
-    ServiceError,
-    SessionConflict,
-    as_service_error,
-)
+from rlserve.service.errors import NotReady, ServiceError, as_service_error
 from rlserve.service.serving.batcher import BatchInfo, Job
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.base import SessionMiss, after_loading
-from rlserve.service.sessions.store import Session, validate_session_id
+from rlserve.service.sessions.resolver import Binding
+from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
 from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
+from rlserve.service.step.sizes import Expect
 
 log = logging.getLogger("rlserve.act")
 _ENCODER = msgspec.json.Encoder()
 _NO_KEYS: frozenset[str] = frozenset()
 
 
-@dataclass(slots=True)
-class _Binding:
-    """What a request does to sessions once it validated."""
-
-    existing: list[tuple[int, Session]]  # (row, live session)
-    new: list[tuple[int, str]]  # (row, id to create)
-
-
-_NO_SESSIONS = _Binding([], [])
+_NO_SESSIONS = Binding()
 
 # reply(payload, None) with the response body, or reply(None, error) for the client.
 Reply = Callable[[Any, ServiceError | None], None]
@@ -104,21 +94,36 @@ class _Options:
     step: int | None = None  # the step index, where the format carries one (KServe v2's parameters.step)
 
 
+@dataclass(slots=True)
+class Checked:
+    """A request resolved and validated whose sessions are not bound yet (``ActService.bind``)."""
+
+    started: float
+    name: str
+    policy: Policy
+    rows: Rows
+    binding: Binding
+    step: Step
+    options: ActRequest | _Options
+
+
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
 Encode = Callable[[Accepted, Any, BatchInfo], Any]
 
 
 class ActService:
-    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None):
+    def __init__(self, registry: ModelRegistry, metrics: Metrics | None = None, *, access_log: bool = False):
         self.registry = registry
         self.metrics = metrics
+        self.max_rows = registry.settings.max_rows  # rows one request may carry, whatever its form
+        self.access_log = access_log  # note each request's rows for the access log (off: nothing to do)
         self._loading: set[asyncio.Task] = set()  # *_nowait requests waiting for the store
 
     async def act(self, name: str, version: str | None, body: bytes) -> bytes:
         """Body bytes -> response bytes; raises a ``ServiceError`` for the client."""
         started = time.perf_counter()
         req = decode_request(body)
-        rows = to_rows(req)
+        rows = to_rows(req, self.max_rows)
 
         def accept() -> Accepted:
             return self._accept(name, version, rows, req, started)
@@ -136,7 +141,7 @@ class ActService:
         called on the event loop. For callers that own the connection (the act protocol)."""
         started = time.perf_counter()
         req = decode_request(body)
-        rows = to_rows(req)
+        rows = to_rows(req, self.max_rows)
 
         def accept() -> tuple[Accepted, Encode]:
             return self._accept(name, version, rows, req, started), self._finish
@@ -149,6 +154,14 @@ class ActService:
         self.submit_nowait(accepted, self._finish, reply)
 
     # ------------------------------------------------------------------ other wire formats
+
+    def block_expect(self, name: str, version: str | None) -> Expect:
+        """What a block of rows sent without sessions must declare (``sizes``): the row
+        limit and the observation shape of the version that will take it (any Box row
+        when the observation space is no Box: the preparer refuses the block then)."""
+        space = self.registry.entry(name).policy(version).pipeline.obs_space
+        rows = (tuple(space.shape),) if isinstance(space, gs.Box) else None
+        return Expect(self.max_rows, rows)
 
     def accept_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
                     extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
@@ -222,6 +235,21 @@ class ActService:
         """Everything before the batch: resolve, validate, bind sessions, build the job.
         Raises before any session changed if the request is refused. ``options`` is the
         JSON request itself (no copy on the hot path) or another format's ``_Options``."""
+        if self.access_log:
+            note_rows(len(rows))  # the access log's line of this request, refused or not
+        return self.bind(self._check(name, version, rows, options, started))
+
+    def check_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
+                   extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
+                   started: float | None = None) -> Checked:
+        """The first half of ``accept_rows``: resolved and validated, no session touched yet.
+        A caller that submits several requests as one (a policy set's step, one request per
+        policy) checks them all before it ``bind``s any, so a refusal leaves every session as it was."""
+        options = _Options(explore, extras, unsquash, clip)
+        return self._check(name, version, rows, options, time.perf_counter() if started is None else started)
+
+    def _check(self, name: str, version: str | None, rows: Rows, options: ActRequest | _Options,
+               started: float) -> Checked:
         entry = self.registry.entry(name)
         policy, binding = self._resolve(entry, version, rows)
         if policy.batcher is None:
@@ -233,6 +261,13 @@ class ActService:
         if options.step is not None:
             step.keep_answer, step.expect_steps = True, expect_steps
         policy.batcher.check_capacity(step.rows)  # before sessions change
+        return Checked(started, name, policy, rows, binding, step, options)
+
+    def bind(self, checked: Checked) -> Accepted:
+        """The second half: apply the checked request to its sessions and build its job."""
+        started, name, policy, rows, binding, step, options = (
+            checked.started, checked.name, checked.policy, checked.rows, checked.binding, checked.step,
+            checked.options)
         sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
         if not step.has_sessions:
             keys = _NO_KEYS
@@ -261,50 +296,15 @@ class ActService:
 
     # ------------------------------------------------------------------ sessions
 
-    def _resolve(self, entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, _Binding]:
+    @staticmethod
+    def _resolve(entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, Binding]:
         """Which policy serves the request and which sessions it touches (no mutation)."""
         if not rows.has_sessions:
             return entry.policy(version), _NO_SESSIONS
-        if rows.single and not rows.episode_starts[0]:
-            # The common session step: one live session, no creation.
-            policy, session = entry.find_session(validate_session_id(rows.session_ids[0]))
-            entry.check_pinned(policy, version, session.id)
-            return policy, _Binding([(0, session)], [])
-        if entry.remote is not None:  # all the request's sessions read from the store at once
-            entry.require_held(rows.session_ids)
-        binding = _Binding([], [])
-        seen: set[str] = set()
-        bound: Policy | None = None
-        for row, session_id in enumerate(rows.session_ids):
-            if session_id is None:
-                continue
-            field = "session_id" if rows.single else f"session_ids[{row}]"
-            try:
-                validate_session_id(session_id)
-                if session_id in seen:
-                    raise BadRequest(f"{field}: session {session_id!r} appears twice in one request",
-                                     field=field, expected="each session at most once per request",
-                                     received=session_id)
-                seen.add(session_id)
-                if rows.episode_starts[row] and not entry.is_live(session_id):
-                    binding.new.append((row, session_id))
-                    continue
-                policy, session = entry.find_session(session_id)
-                entry.check_pinned(policy, version, session_id)
-            except ServiceError as exc:
-                if exc.field == "session_id" and not rows.single:  # the helpers name the single form
-                    exc.field, exc.message = field, f"{field}: {exc.message}"
-                raise
-            if bound is not None and policy is not bound:
-                raise SessionConflict(
-                    f"{field}: sessions of one request must share a model version; {session_id!r} is on "
-                    f"{policy.version!r}, others on {bound.version!r}",
-                    field=field, expected=bound.version, received=policy.version)
-            bound = policy
-            binding.existing.append((row, session))
-        return (bound or entry.policy(version)), binding
+        binding = entry.sessions.resolve(rows.session_ids, rows.episode_starts, version, rows.single)
+        return entry.policy(version if binding.version is None else binding.version), binding
 
-    def _bind(self, policy: Policy, rows: Rows, binding: _Binding, step: Step) -> list[Session | None]:
+    def _bind(self, policy: Policy, rows: Rows, binding: Binding, step: Step) -> list[Session | None]:
         """Apply the request to sessions (now that it validated) and pin them in flight."""
         if not binding.existing and not binding.new:
             return step.sessions
@@ -330,6 +330,11 @@ class ActService:
         step.sessions = sessions
         step.has_sessions = True
         return sessions
+
+    def abandon(self, accepted: Accepted) -> None:
+        """Let go of a bound request that will not be submitted (one part of a request
+        refused after another part was bound): its sessions are unpinned."""
+        self._done_with(accepted)
 
     def _done_with(self, accepted: Accepted) -> None:
         """The request's batch is over (or it never got queued): unpin its sessions."""
@@ -398,6 +403,9 @@ class ActService:
                 batch_id=info.batch_id, batch_rows=info.rows, batch_requests=info.requests,
                 queue_ms=round(accepted.job.queue_s * 1e3, 4), run_ms=round(info.run_s * 1e3, 4))
         return response
+
+
+response_of = ActService._response  # a request's rows of its batch as the act answer (``rlserve.service.multiagent``)
 
 
 def _item(values: list[Any], start: int, stop: int) -> Any:

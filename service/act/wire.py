@@ -17,8 +17,10 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from rlserve.service.act.binary import ObservationBlock, decode_block
-from rlserve.service.errors import BadRequest, InvalidJSON, summarize_received
+from rlserve.service.errors import BadRequest, InvalidJSON, quoted, summarize_received, without
+from rlserve.service.step.received import non_finite_token
 from rlserve.service.step.rows import Rows
+from rlserve.service.step.sizes import check_rows
 
 Extra = Literal["value", "entropy", "dist_inputs", "q_values", "raw_action"]
 
@@ -170,6 +172,11 @@ def decode_request(body: bytes) -> ActRequest:
     except msgspec.ValidationError as exc:
         raise refusal(str(exc), body) from None
     except msgspec.DecodeError as exc:
+        token = non_finite_token(str(exc), body)
+        if token is not None:  # Python's json writes NaN for float('nan'): say what JSON allows
+            raise InvalidJSON(f"request body is not valid JSON: {token} ({exc}); values must be finite JSON "
+                              "numbers (JSON has no NaN or Infinity)", expected="finite JSON numbers",
+                              received=token) from None
         raise InvalidJSON(f"request body is not valid JSON: {exc}", expected=_JSON_EXPECTED,
                           received=f"{len(body)} bytes that do not parse") from None
     except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings lazily
@@ -198,14 +205,14 @@ class _Number(str):
 
 def refusal(message: str, body: bytes) -> BadRequest:
     """The 400 for a msgspec validation error, naming the field, expected and received."""
-    if message.startswith("Object contains unknown field `"):
-        name = message.split("`", 2)[1]
+    name = unknown_field(message)
+    if name is not None:
+        what = f"invalid request: unknown field {quoted(name)}"  # msgspec's message quotes it whole
         if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
-            return BadRequest(f"invalid request: {message}", field="observations",
+            return BadRequest(f"{what} in 'observations'", field="observations",
                               expected=f"a list of rows, or a block with the keys "
                                        f"{list(ObservationBlock.__struct_fields__)}", received=name)
-        return BadRequest(f"invalid request: {message}", field=name,
-                          expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
+        return BadRequest(what, field=name, expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
     match = _AT.match(message)
     if match is None:
         return BadRequest(f"invalid request: {message}", expected="a JSON object of the act request schema",
@@ -217,8 +224,18 @@ def refusal(message: str, body: bytes) -> BadRequest:
     field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
     got = re.search(r", got `([^`]*)`", what)
     received = _received(value) if value is not _NO_VALUE else (got[1] if got else what)
+    what = without(what, value)  # msgspec quotes an invalid enum value whole
     return BadRequest(f"invalid request: {what} - at {field}", field=field,
                       expected=_expected(what, segments), received=received)
+
+
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`(?: - at `\$[^`]*`)?$", re.S)
+
+
+def unknown_field(message: str) -> str | None:
+    """The name in msgspec's "Object contains unknown field `...`" (backticks and all)."""
+    match = _UNKNOWN.match(message)
+    return None if match is None else match["name"]
 
 
 def _expected(what: str, segments: list[Any]) -> Any:
@@ -277,8 +294,9 @@ def _received(value: Any) -> Any:
     return summarize_received(value)
 
 
-def to_rows(req: ActRequest) -> Rows:
-    """Normalise the single and batch forms; mismatched forms or lengths are 400s."""
+def to_rows(req: ActRequest, max_rows: int) -> Rows:
+    """Normalise the single and batch forms; mismatched forms or lengths are 400s, more
+    than ``max_rows`` rows a 413 (before any per-row list is built)."""
     single = req.observations is msgspec.UNSET
     if single == (req.observation is msgspec.UNSET):
         raise BadRequest(
@@ -301,11 +319,12 @@ def to_rows(req: ActRequest) -> Rows:
         )
     _no_single_fields(req)
     assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
-    observations = (decode_block(req.observations) if isinstance(req.observations, ObservationBlock)
+    observations = (decode_block(req.observations, max_rows) if isinstance(req.observations, ObservationBlock)
                     else req.observations)
     n = len(observations)
     if n == 0:
         raise BadRequest("'observations' is empty", field="observations", expected="at least one row", received=0)
+    check_rows(n, max_rows, "observations")
     return Rows(
         single=False,
         observations=observations,

@@ -29,6 +29,7 @@ from rlserve.service.errors import (
     PathOutsideRepository,
     ServiceError,
     Unauthorized,
+    quoted,
 )
 from rlserve.service.serving.loading import ARCHIVE_SUFFIX, fingerprint
 from rlserve.service.serving.policy import Policy
@@ -170,10 +171,10 @@ def resolve_in_repository(repository: Path, relative: str) -> Path:
     except (OSError, ValueError) as exc:  # a name past NAME_MAX, a symlink loop
         # An OSError's text ends with the full path; its strerror says enough.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise BadRequest(f"path {relative!r} cannot be resolved: {reason}", field="path",
+        raise BadRequest(f"path {quoted(relative)} cannot be resolved: {reason}", field="path",
                          expected="a bundle path inside the model repository", received=relative) from None
     if not candidate.is_relative_to(root):
-        raise PathOutsideRepository(f"path {relative!r} resolves outside the model repository",
+        raise PathOutsideRepository(f"path {quoted(relative)} resolves outside the model repository",
                                     field="path", expected="a path relative to the model repository, staying inside it",
                                     received=relative)
     return candidate

@@ -93,12 +93,18 @@ async def server_live() -> Response:
     return _reply(wire.ServerLiveResponse(live=True))
 
 
+# The protocol's health answers are their status: 200 true, a 4xx false (Triton's 400).
+NOT_READY = 400
+
+
 @router.get("/v2/health/ready", summary="Ready: at least one model loaded, not draining or shutting down",
-            responses={200: _json("ServerReadyResponse", "Ready"), 503: _json("ServerReadyResponse", "Not ready")})
+            responses={200: _json("ServerReadyResponse", "Ready"),
+                       NOT_READY: _json("ServerReadyResponse", "Not ready: no model loaded, or draining or shutting "
+                                                           "down (the protocol answers false with a 4xx)")})
 async def server_ready(request: Request) -> Response:
     state = request.app.state
     ready = metadata.server_ready(state.registry, state.shutting_down or state.draining)
-    return _reply(wire.ServerReadyResponse(ready=ready), 200 if ready else 503)
+    return _reply(wire.ServerReadyResponse(ready=ready), 200 if ready else NOT_READY)
 
 
 @router.get("/v2", summary="Server metadata: name, version, extensions",
@@ -111,7 +117,8 @@ async def server_metadata() -> Response:
 
 _METADATA_RESPONSES = {200: _json("ModelMetadataResponse", "The model's input and output tensors"),
                        **_errors(400, 404)}
-_READY_RESPONSES = {200: _json("ModelReadyResponse", "Ready"), 503: _json("ModelReadyResponse", "Not serving yet"),
+_READY_RESPONSES = {200: _json("ModelReadyResponse", "Ready"),
+                    NOT_READY: _json("ModelReadyResponse", "Loaded but not serving (yet, or any more): false"),
                     **_errors(404)}
 
 
@@ -131,7 +138,7 @@ async def _ready(request: Request, name: str, version: str | None) -> Response:
         ready = metadata.model_ready(request.app.state.registry, name, version)
     except ServiceError as exc:
         return _refusal(request, exc)
-    return _reply(ready, 200 if ready.ready else 503)
+    return _reply(ready, 200 if ready.ready else NOT_READY)
 
 
 @router.get("/v2/models/{name}/ready", summary="Model readiness (current version)", responses=_READY_RESPONSES)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from rlserve.service.api.openapi import errors
-from rlserve.service.api.schemas import ModelList, ModelSummary
+from rlserve.service.api.schemas import ModelList, ModelSummary, PolicySetSummary
 from rlserve.service.serving.registry import ModelRegistry
 
 router = APIRouter(tags=["models"])
@@ -19,16 +19,22 @@ def _registry(request: Request) -> ModelRegistry:
 
 @router.get("/v1/models", response_model=ModelList, summary="Loaded models and their versions")
 async def list_models(request: Request) -> ModelList:
-    entries = _registry(request).entries.values()
+    registry = _registry(request)
     return ModelList(
-        models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions)) for e in entries]
+        models=[ModelSummary(name=e.name, current_version=e.current, versions=list(e.versions))
+                for e in registry.entries.values()],
+        policy_sets=[PolicySetSummary(name=s.name, version=s.version, policies=s.members)
+                     for s in registry.sets.values()],
     )
 
 
 @router.get("/v1/models/{name}", responses=errors(404, e404="Unknown model"),
             summary="Metadata of a model's current version")
 async def model_metadata(name: str, request: Request) -> dict[str, Any]:
-    entry = _registry(request).entry(name)
+    registry = _registry(request)
+    if name in registry.sets:  # a policy set: its mapping and its members
+        return registry.sets[name].metadata()
+    entry = registry.entry(name)
     return {**entry.policy().metadata(), "current_version": entry.current, "versions": list(entry.versions)}
 
 

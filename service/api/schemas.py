@@ -90,14 +90,48 @@ class SessionInfo(BaseModel):
     idle_ttl_s: float
 
 
+class CreateEpisode(_Strict):
+    episode_id: SessionId | None = Field(
+        None, description="Client-chosen id of 1..128 characters (percent-encode it in URLs); generated when absent")
+    seed: Seed | None = Field(None, description="Seeds the episode's samplers (each agent's derived from it), so "
+                                                "it replays")
+
+
+class EpisodeAgent(BaseModel):
+    policy: str
+    model: str = Field(description="The member model holding the agent's state (<set>.<policy>)")
+    version: str | None
+    session_id: str = Field(description="The agent's session in that model")
+    steps: int | None = Field(description="Steps the agent took (null: its state expired)")
+
+
+class EpisodeInfo(BaseModel):
+    episode_id: str
+    model: str
+    version: str
+    seed: int | None
+    steps: int = Field(description="Act requests of the episode answered")
+    idle_s: float
+    idle_ttl_s: float
+    agents: dict[str, EpisodeAgent] = Field(description="The agents with state in the episode")
+
+
 class ModelSummary(BaseModel):
     name: str
     current_version: str
     versions: list[str]
 
 
+class PolicySetSummary(BaseModel):
+    name: str
+    version: str
+    policies: dict[str, str] = Field(description="Policy id -> the member model serving it (<set>.<policy>)")
+
+
 class ModelList(BaseModel):
     models: list[ModelSummary]
+    policy_sets: list[PolicySetSummary] = Field(default_factory=list,
+                                                description="Multi-agent policy sets (act at .../agents/act)")
 
 
 # What the document can say of "inside the repository" (symlinks it cannot): relative, no

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from rlserve.service.api.bodies import body_limit, read_body, read_model
 from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import CreateSession, SessionInfo
-from rlserve.service.errors import BadRequest, InvalidInput, SessionConflict
+from rlserve.service.errors import BadRequest, InvalidInput, SessionConflict, quoted
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
@@ -68,9 +68,9 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     policy = entry.policy(body.version)
     # Ids are unique per model name across versions, so later lookups are unambiguous. An
     # external store refuses a taken id itself (one atomic "set if absent").
-    if body.session_id is not None and entry.remote is None and entry.is_live(body.session_id):
+    if body.session_id is not None and entry.sessions.remote is None and entry.sessions.is_live(body.session_id):
         raise SessionConflict(
-            f"session {body.session_id!r} already exists", field="session_id", received=body.session_id
+            f"session {quoted(body.session_id)} already exists", field="session_id", received=body.session_id
         )
     session = await policy.sessions.open_session(body.session_id, body.seed)
     return JSONResponse(_info(policy, session).model_dump(), status_code=201)
@@ -80,7 +80,9 @@ async def create_session(name: str, request: Request) -> JSONResponse:
             summary="Inspect a session (JSON), or export it as bytes with Accept: application/octet-stream",
             responses={200: {"content": {OCTET_STREAM: _BINARY}}, **_LOOKUP_ERRORS})
 async def get_session(name: str, session_id: str, request: Request) -> Response:
-    policy, session = await _registry(request).entry(name).lookup(session_id)
+    entry = _registry(request).entry(name)
+    session = await entry.sessions.lookup(session_id)
+    policy = entry.policy_of(session)
     if OCTET_STREAM in request.headers.get("accept", ""):
         data = await policy.sessions.export_session(session)
         return Response(data, media_type=OCTET_STREAM, headers={"x-rlserve-version": policy.version})
@@ -113,14 +115,14 @@ async def put_session(name: str, session_id: str, request: Request, version: str
         record = policy.sessions.layout.decode(data)
     except RecordError as exc:
         raise InvalidInput(f"body: {exc}", field="body",
-                           expected=f"a session record of {name!r} version {policy.version!r} (tensors "
+                           expected=f"a session record of {quoted(name)} version {policy.version!r} (tensors "
                                     f"{policy.sessions.layout.description})", received=f"{len(data)} bytes") from None
     for other in entry.versions.values():  # one id, one version
         held = other.sessions.live(session_id)
         if other is not policy and held is not None:
             if held.inflight:
-                raise SessionConflict(f"session {session_id!r} has a request in flight; retry when it is answered",
-                                      field="session_id", received=session_id)
+                raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is "
+                                      "answered", field="session_id", received=session_id)
             other.sessions.forget(held)
     session = await policy.sessions.import_session(session_id, record)
     return _info(policy, session)
@@ -132,6 +134,8 @@ _EXPORTED = "the bytes of GET /v1/models/{name}/sessions/{id} with Accept: appli
 @router.delete("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo, responses=_LOOKUP_ERRORS,
                summary="End a session; later use of its id answers 410")
 async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
-    policy, session = await _registry(request).entry(name).lookup(session_id)
+    entry = _registry(request).entry(name)
+    session = await entry.sessions.lookup(session_id)
+    policy = entry.policy_of(session)
     await policy.sessions.end_session(session)
     return _info(policy, session)

@@ -31,14 +31,50 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _play(url: str, model: str, env_id: str, args: argparse.Namespace, reset: bool) -> list[float]:
+def _play(url: str, model: str, env_id: str, args: argparse.Namespace, reset: bool,
+          sessions: bool = True) -> list[float]:
     with PolicyClient(url, model, timeout=30.0) as client:
         stats = run_episodes(client, lambda: make_env(env_id), args.episodes, parallel=args.episodes,
-                             seed=args.seed, explore=args.explore, reset_state_every_step=reset)
+                             seed=args.seed, explore=args.explore, reset_state_every_step=reset, sessions=sessions)
     return stats.returns
 
 
+def _has_memory(url: str, model: str) -> bool:
+    """Whether the model carries anything from one step to the next (recurrent or attention
+    state, previous actions or rewards): it then needs a server session per episode."""
+    with PolicyClient(url, model, timeout=30.0) as client:
+        info = client.model_info()
+    prev = info.get("prev") or {}
+    return bool(info.get("state")) or bool(prev.get("n_prev_actions")) or bool(prev.get("n_prev_rewards"))
+
+
+def _mean(returns: list[float]) -> str:
+    return f"{sum(returns) / len(returns):.1f}"
+
+
+def _play_model(url: str, model: str, env_id: str, args: argparse.Namespace) -> None:
+    """Play ``model``, in sessions when the server keeps them; a policy without memory is
+    played without them when it does not (``--workers N`` without a session store)."""
+    try:
+        returns = _play(url, model, env_id, args, reset=False)
+        note = ""
+    except RLServeError as exc:
+        if exc.code != "sessions_unavailable":
+            raise
+        if _has_memory(url, model):
+            print(f"{model}: skipped: it remembers earlier steps, which needs server sessions, and this "
+                  f"server keeps none ({exc.message})")
+            return
+        returns = _play(url, model, env_id, args, reset=False, sessions=False)
+        note = " (stateless requests: this server keeps no sessions)"
+    print(f"{model} on {env_id}: returns {[round(r, 1) for r in returns]} mean {_mean(returns)}{note}")
+    if env_id == NO_VELOCITY_ID and not note:
+        reset = _play(url, model, env_id, args, reset=True)
+        print(f"{model} with its state reset every step: mean {_mean(reset)}")
+
+
 def demo_main(argv: list[str]) -> int:
+    """``rlserve demo ARGS``: play each model's episodes and print the returns; 0 when all played."""
     args = _parser().parse_args(argv)
     try:
         served = {m["name"] for m in httpx.get(f"{args.url}/v1/models", timeout=10).json()["models"]}
@@ -55,12 +91,7 @@ def demo_main(argv: list[str]) -> int:
             status = 1
             continue
         try:
-            returns = _play(args.url, model, env_id, args, reset=False)
-            print(f"{model} on {env_id}: returns {[round(r, 1) for r in returns]} "
-                  f"mean {sum(returns) / len(returns):.1f}")
-            if env_id == NO_VELOCITY_ID:
-                reset = _play(args.url, model, env_id, args, reset=True)
-                print(f"{model} with its state reset every step: mean {sum(reset) / len(reset):.1f}")
+            _play_model(args.url, model, env_id, args)
         except RLServeError as exc:
             print(f"{model}: {exc}", file=sys.stderr)
             status = 1

@@ -27,6 +27,7 @@ class DropVelocity(gym.ObservationWrapper):
     """Keep only cart position and pole angle of a CartPole observation."""
 
     def __init__(self, env: gym.Env):
+        """Wrap a CartPole ``env``; the observation space keeps CartPole's bounds of the two entries."""
         super().__init__(env)
         box = env.observation_space
         assert isinstance(box, gym.spaces.Box)  # CartPole's observation space
@@ -34,6 +35,7 @@ class DropVelocity(gym.ObservationWrapper):
         self.observation_space = gym.spaces.Box(box.low[idx], box.high[idx], dtype=np.float32)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
+        """The (cart position, pole angle) entries of a CartPole observation, as float32."""
         return np.asarray(observation, dtype=np.float32)[list(KEPT_ENTRIES)]
 
 
@@ -48,5 +50,6 @@ def register_envs() -> None:
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make(env_id, **kwargs)``, with the project's environment ids registered first."""
     register_envs()
     return gym.make(env_id, **kwargs)

@@ -22,11 +22,14 @@ from rlserve.client.policy_client import PolicyClient
 
 @dataclass
 class EpisodeStats:
+    """The returns and lengths of the episodes ``run_episodes`` played, in the order they were played."""
+
     returns: list[float]
     lengths: list[int]
 
     @property
     def mean_return(self) -> float:
+        """The average return (NaN when no episode was played)."""
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
 
@@ -52,8 +55,19 @@ def run_episodes(
     explore: bool = False,
     reset_state_every_step: bool = False,
     max_steps: int = 10_000,
+    sessions: bool = True,
 ) -> EpisodeStats:
-    """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns."""
+    """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns.
+
+    Each step of a group is one ``act_batch`` call with one server session per environment
+    (seeded with the environment's seed: ``seed``, ``seed + 1``, ...), so the recurrent
+    state lives on the server; a finished episode's session is ended. ``explore=False``
+    takes the deterministic action; ``reset_state_every_step=True`` starts every step as a
+    new episode on the server (what a memory policy scores without memory). An episode is
+    cut after ``max_steps``. ``sessions=False`` plays without server sessions (stateless
+    requests): right for a policy without memory on a server that keeps none (``--workers
+    N`` without a store).
+    """
     if episodes < 1 or parallel < 1:
         raise ValueError(f"episodes and parallel must be >= 1, got {episodes} and {parallel}")
     stats = EpisodeStats(returns=[], lengths=[])
@@ -63,7 +77,7 @@ def run_episodes(
         envs = [make_env() for _ in range(n)]
         try:
             returns, lengths = _play_group(client, envs, list(range(next_seed, next_seed + n)),
-                                           explore, reset_state_every_step, max_steps)
+                                           explore, reset_state_every_step, max_steps, sessions)
         finally:
             for env in envs:
                 env.close()
@@ -74,7 +88,7 @@ def run_episodes(
 
 
 def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], explore: bool,
-                reset_every_step: bool, max_steps: int) -> tuple[list[float], list[int]]:
+                reset_every_step: bool, max_steps: int, sessions: bool = True) -> tuple[list[float], list[int]]:
     n = len(envs)
     observations = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
     session_ids = [f"run-{uuid.uuid4().hex[:12]}-{i}" for i in range(n)]
@@ -90,28 +104,39 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
         if not live:
             break
         if step == max_steps:  # the runner's own step limit truncates what is still running
+            if not sessions:
+                break
             ending = [e or 2 for e in ending]
-        ends: dict[str, Any] = {"terminateds": [ending[i] == 1 for i in live],
-                                "truncateds": [ending[i] == 2 for i in live]} if any(ending[i] for i in live) else {}
-        result = client.act_batch(
-            [_jsonable(observations[i]) for i in live],
-            session_ids=[session_ids[i] for i in live],
-            episode_starts=[step == 0 or reset_every_step for _ in live],
-            rewards=[None if step == 0 or reset_every_step else rewards[i] for i in live],
-            # Seed once per episode; re-seeding at every reset would repeat the same draws.
-            seeds=[seeds[i] if step == 0 else None for i in live],
-            explore=explore,
-            **ends,
-        )
+        rows = [_jsonable(observations[i]) for i in live]
+        if not sessions:
+            result = client.act_batch(rows, explore=explore)
+        else:
+            ends: dict[str, Any] = {"terminateds": [ending[i] == 1 for i in live],
+                                    "truncateds": [ending[i] == 2 for i in live]} \
+                if any(ending[i] for i in live) else {}
+            result = client.act_batch(
+                rows,
+                session_ids=[session_ids[i] for i in live],
+                episode_starts=[step == 0 or reset_every_step for _ in live],
+                rewards=[None if step == 0 or reset_every_step else rewards[i] for i in live],
+                # Seed once per episode; re-seeding at every reset would repeat the same draws.
+                seeds=[seeds[i] if step == 0 else None for i in live],
+                explore=explore,
+                **ends,
+            )
         for i, action in zip(live, result.actions, strict=True):
             if ending[i]:
                 done[i] = True
-                client.end_session(session_ids[i])
+                if sessions:
+                    client.end_session(session_ids[i])
                 continue
             observations[i], reward, terminated, truncated, _ = envs[i].step(action)
             rewards[i] = float(reward)
             returns[i] += float(reward)
             lengths[i] += 1
             if terminated or truncated:
-                ending[i] = 1 if terminated else 2
+                if sessions:
+                    ending[i] = 1 if terminated else 2
+                else:  # no server episode to close
+                    done[i] = True
     return returns, lengths

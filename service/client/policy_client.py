@@ -13,7 +13,8 @@ Retries happen only where a repeat cannot change what the server did: a 503 ``qu
 honoured) and a connection that failed before the request was sent. A timeout after the
 request was sent is never retried for ``act``, since the session may already have stepped.
 
-Errors mirror the service's error codes (``error.code`` in every JSON error body).
+Errors mirror the service's error codes (``error.code`` in every JSON error body); their
+classes are in ``rlserve.client.errors`` and importable from ``rlserve.client``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,28 @@ import itertools
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+# The error classes were defined here first; they stay importable from this module.
+from rlserve.client.errors import (  # noqa: F401
+    AllActionsMaskedError,
+    AuthError,
+    BadRequestError,
+    ConflictError,
+    ConnectionFailed,
+    InvalidInputError,
+    ModelNotFoundError,
+    NotFoundError,
+    OverloadedError,
+    RLServeError,
+    ServerError,
+    SessionExpiredError,
+    SessionNotFoundError,
+    error_from_response,
+)
+from rlserve.client.wire import ActResult, _act_body, _batch_body, _Episode
 
 __all__ = [
     "ActResult",
@@ -37,200 +56,6 @@ __all__ = [
 
 
 _UNSET: Any = object()  # "not given", distinct from a JSON null
-
-
-# --------------------------------------------------------------------------- errors
-
-class RLServeError(Exception):
-    """An error answer from the service (or no answer at all: ``status`` 0)."""
-
-    status: int = 0
-    code: str = "error"
-
-    def __init__(self, message: str, *, status: int = 0, code: str | None = None,
-                 field: str | None = None, expected: Any = None, received: Any = None,
-                 retry_after: float | None = None):
-        super().__init__(message)
-        self.message = message
-        self.status = status or type(self).status
-        self.code = code or type(self).code
-        self.field = field
-        self.expected = expected
-        self.received = received
-        self.retry_after = retry_after
-
-    def __str__(self) -> str:
-        where = f" (field {self.field!r})" if self.field else ""
-        return f"[{self.status} {self.code}]{where} {self.message}"
-
-
-class BadRequestError(RLServeError):
-    status, code = 400, "bad_request"
-
-
-class AuthError(RLServeError):
-    status, code = 401, "unauthorized"
-
-
-class NotFoundError(RLServeError):
-    status, code = 404, "not_found"
-
-
-class ModelNotFoundError(NotFoundError):
-    code = "model_not_found"
-
-
-class SessionNotFoundError(NotFoundError):
-    code = "session_not_found"
-
-
-class ConflictError(RLServeError):
-    status, code = 409, "conflict"
-
-
-class SessionExpiredError(RLServeError):
-    status, code = 410, "session_expired"
-
-
-class InvalidInputError(RLServeError):
-    status, code = 422, "invalid_input"
-
-
-class AllActionsMaskedError(InvalidInputError):
-    code = "all_actions_masked"
-
-
-class OverloadedError(RLServeError):
-    status, code = 503, "queue_full"
-
-
-class ServerError(RLServeError):
-    status, code = 500, "internal_error"
-
-
-class ConnectionFailed(RLServeError):
-    status, code = 0, "connection_failed"
-
-
-_BY_CODE: dict[str, type[RLServeError]] = {
-    "model_not_found": ModelNotFoundError,
-    "session_not_found": SessionNotFoundError,
-    "session_expired": SessionExpiredError,
-    "all_actions_masked": AllActionsMaskedError,
-    "queue_full": OverloadedError,
-}
-_BY_STATUS: dict[int, type[RLServeError]] = {
-    400: BadRequestError, 401: AuthError, 403: AuthError, 404: NotFoundError,
-    409: ConflictError, 410: SessionExpiredError, 422: InvalidInputError, 503: OverloadedError,
-}
-
-
-def error_from_response(response: httpx.Response) -> RLServeError:
-    """Build the typed error for a non-2xx answer."""
-    try:
-        body = response.json().get("error", {})
-    except (ValueError, AttributeError):
-        body = {}
-    code = body.get("code") or f"http_{response.status_code}"
-    cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code)
-    if cls is None:
-        cls = ServerError if response.status_code >= 500 else RLServeError
-    retry_after = response.headers.get("retry-after")
-    return cls(
-        body.get("message") or response.text[:200] or response.reason_phrase,
-        status=response.status_code,
-        code=code,
-        field=body.get("field"),
-        expected=body.get("expected"),
-        received=body.get("received"),
-        retry_after=float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None,
-    )
-
-
-# --------------------------------------------------------------------------- results
-
-@dataclass
-class ActResult:
-    """One act answer: single form fills ``action``/``logp``; batch form ``actions``/``logps``."""
-
-    model: str
-    version: str
-    raw: dict[str, Any]
-    action: Any = None
-    logp: float | None = None
-    actions: list[Any] = field(default_factory=list)
-    logps: list[float | None] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ActResult:
-        result = cls(model=data["model"], version=data["version"], raw=data)
-        if "action" in data:
-            result.action, result.logp = data["action"], data.get("logp")
-        if "actions" in data:
-            result.actions, result.logps = data["actions"], list(data.get("logp") or [])
-        return result
-
-    @property
-    def value(self) -> Any:
-        return self.raw.get("value")
-
-    @property
-    def entropy(self) -> Any:
-        return self.raw.get("entropy")
-
-
-@dataclass
-class _Episode:
-    session_id: str
-    pending_reward: float | None = None
-    pending_action: Any = None
-    has_pending_action: bool = False
-    started: bool = True
-    total_reward: float = 0.0
-
-
-def _act_body(observation: Any, *, session_id: str | None, explore: bool | None,
-              reward: float | None, prev_action: Any, has_prev_action: bool, episode_start: bool,
-              action_mask: Any, seed: int | None, outputs: Sequence[str] | None,
-              extra: dict[str, Any] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"observation": observation}
-    if session_id is not None:
-        body["session_id"] = session_id
-    if explore is not None:
-        body["explore"] = explore
-    if reward is not None:
-        body["reward"] = reward
-    if has_prev_action:
-        body["prev_action"] = prev_action
-    if episode_start:
-        body["episode_start"] = True
-    if action_mask is not None:
-        body["action_mask"] = action_mask
-    if seed is not None:
-        body["seed"] = seed
-    if outputs:
-        body["outputs"] = list(outputs)
-    if extra:
-        body.update(extra)
-    return body
-
-
-def _batch_body(observations: Sequence[Any], *, session_ids: Sequence[str | None] | None,
-                explore: bool | None, rewards: Sequence[float | None] | None,
-                episode_starts: Sequence[bool] | None, action_masks: Sequence[Any] | None,
-                outputs: Sequence[str] | None, extra: dict[str, Any] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"observations": list(observations)}
-    for key, value in (("session_ids", session_ids), ("rewards", rewards),
-                       ("episode_starts", episode_starts), ("action_masks", action_masks)):
-        if value is not None:
-            body[key] = list(value)
-    if explore is not None:
-        body["explore"] = explore
-    if outputs:
-        body["outputs"] = list(outputs)
-    if extra:
-        body.update(extra)
-    return body
 
 
 class _Base:
@@ -335,16 +160,27 @@ class PolicyClient(_Base):
     """Blocking client. Use as a context manager or call ``close()``."""
 
     def __init__(self, base_url: str, model: str, **kwargs: Any):
+        """A client of model ``model`` at ``base_url`` (e.g. ``"http://127.0.0.1:8000"``).
+
+        ``version`` pins a model version (default: the current one, or the version a
+        session is bound to); ``token`` is sent as ``Authorization: Bearer`` (needed only by
+        the admin API); ``timeout`` is in seconds per HTTP call; ``max_retries`` bounds the
+        safe retries (a full queue, a refused connection); ``explore`` is the default of
+        every act call that does not say (None: the model's own default).
+        """
         super().__init__(base_url, model, **kwargs)
         self._http = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
 
     def __enter__(self) -> PolicyClient:
+        """The client itself; leaving the ``with`` block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the HTTP connections."""
         self.close()
 
     def close(self) -> None:
+        """Close the HTTP connections (the client cannot be used afterwards)."""
         self._http.close()
 
     def _request(self, method: str, path: str, *, json: Any = None, retry_on_timeout: bool = False) -> Any:
@@ -364,6 +200,21 @@ class PolicyClient(_Base):
             reward: float | None = None, episode_start: bool = False, action_mask: Any = None,
             seed: int | None = None, outputs: Sequence[str] | None = None,
             prev_action: Any = _UNSET, **extra: Any) -> ActResult:
+        """One observation in, one action out: ``POST /v1/models/{model}/act``.
+
+        ``observation`` is in the observation space's JSON structure (lists for a Box, a
+        dict for a Dict space). With ``session_id`` the session's recurrent state, previous
+        actions and rewards are used and updated on the server; ``reward`` is the reward of
+        the previous step, ``episode_start=True`` resets (or creates) the session, and
+        ``seed`` seeds its sampler when it starts. ``explore=False`` takes the
+        distribution's deterministic action. ``action_mask`` is a 0/1 list per categorical
+        action. ``outputs`` asks for extras: ``"value"``, ``"entropy"``, ``"dist_inputs"``,
+        ``"raw_action"`` (``"q_values"`` for Q-policies). ``prev_action`` reports the action
+        actually taken at the previous step, if not the one served. Other request fields
+        (``step``, ``epsilon``, ``clip_actions``, ``window``, ...) pass through ``extra``.
+        Returns an ``ActResult`` (``.action``, ``.logp``, ``.raw``); raises an
+        ``RLServeError`` subclass for a refusal (``InvalidInputError`` for a bad observation).
+        """
         body = _act_body(observation, session_id=session_id,
                          explore=self.explore if explore is None else explore, reward=reward,
                          prev_action=prev_action, has_prev_action=prev_action is not _UNSET,
@@ -375,6 +226,12 @@ class PolicyClient(_Base):
                   explore: bool | None = None, rewards: Sequence[float | None] | None = None,
                   episode_starts: Sequence[bool] | None = None, action_masks: Sequence[Any] | None = None,
                   outputs: Sequence[str] | None = None, **extra: Any) -> ActResult:
+        """Many observations in one call: the batch form of ``act``.
+
+        Per-row lists (``session_ids``, ``rewards``, ``episode_starts``, ``action_masks``,
+        and ``seeds`` through ``extra``) have one entry per observation, None for "not
+        given". Returns an ``ActResult`` with ``.actions`` and ``.logps``.
+        """
         body = _batch_body(observations, session_ids=session_ids,
                            explore=self.explore if explore is None else explore, rewards=rewards,
                            episode_starts=episode_starts, action_masks=action_masks,
@@ -382,23 +239,41 @@ class PolicyClient(_Base):
         return ActResult.from_json(self._request("POST", self._act_path, json=body))
 
     def create_session(self, session_id: str | None = None, *, seed: int | None = None) -> dict[str, Any]:
+        """Create a session (``POST /v1/models/{model}/sessions``); returns its JSON.
+
+        Without ``session_id`` the server makes one up (in the answer's ``session_id``);
+        ``seed`` makes the session's sampled actions replay exactly. A live id is a
+        ``ConflictError``.
+        """
         body = self._session_body(session_id, seed)
         return self._request("POST", f"/v1/models/{self.model}/sessions", json=body)
 
     def end_session(self, session_id: str) -> dict[str, Any]:
+        """End a session (``DELETE``); its id then answers ``SessionExpiredError`` (410)."""
         return self._request("DELETE", f"/v1/models/{self.model}/sessions/{session_id}")
 
     def model_info(self) -> dict[str, Any]:
+        """The model's metadata (``GET /v1/models/{model}``): spaces, config, state layout, versions."""
         return self._request("GET", f"/v1/models/{self.model}", retry_on_timeout=True)
 
     # -- episode API
     def start_episode(self, episode_id: str | None = None, *, seed: int | None = None) -> str:
+        """Start an episode (a new server session); returns its id for the episode calls.
+
+        ``episode_id`` names it (default: a random hex id); ``seed`` as in ``create_session``.
+        """
         episode_id = episode_id or uuid.uuid4().hex
         info = self.create_session(episode_id, seed=seed)
         self._episodes[episode_id] = _Episode(session_id=info["session_id"])
         return episode_id
 
     def get_action(self, episode_id: str, observation: Any, *, action_mask: Any = None) -> Any:
+        """The action for ``observation`` in episode ``episode_id``.
+
+        Sends the rewards logged with ``log_returns`` since the last call (summed: the server
+        feeds them to the model as the previous reward) and an action reported with
+        ``log_action``, then forgets both.
+        """
         body = self._episode_act_body(episode_id, observation, action_mask, None)
         result = ActResult.from_json(self._request("POST", self._act_path, json=body))
         self._after_episode_act(episode_id)
@@ -409,12 +284,16 @@ class PolicyClient(_Base):
         self._log_action(episode_id, action)
 
     def log_returns(self, episode_id: str, reward: float) -> None:
+        """Add ``reward`` to the episode's pending reward (sent with the next observation) and its total."""
         self._log_returns(episode_id, reward)
 
     def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
-        """Delete the server session; returns the episode's logged total reward. With the
-        episode's last ``observation``, send it first (with the pending reward, marked
-        terminated, or truncated), so the server's experience log closes the episode."""
+        """End the episode's server session; returns the episode's total logged reward.
+
+        With the episode's last ``observation``, send it first (with the pending reward,
+        marked terminated, or truncated with ``truncated=True``), so the server's
+        experience log closes the episode; that call's action is not played.
+        """
         if observation is not _UNSET:
             self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)
@@ -428,16 +307,20 @@ class AsyncPolicyClient(_Base):
     """asyncio client with the same methods as ``PolicyClient`` (awaitable)."""
 
     def __init__(self, base_url: str, model: str, **kwargs: Any):
+        """As ``PolicyClient``, for asyncio: every HTTP call is awaited."""
         super().__init__(base_url, model, **kwargs)
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
 
     async def __aenter__(self) -> AsyncPolicyClient:
+        """The client itself; leaving the ``async with`` block closes it."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Close the HTTP connections."""
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP connections (the client cannot be used afterwards)."""
         await self._http.aclose()
 
     async def _request(self, method: str, path: str, *, json: Any = None, retry_on_timeout: bool = False) -> Any:
@@ -456,6 +339,10 @@ class AsyncPolicyClient(_Base):
                   reward: float | None = None, episode_start: bool = False, action_mask: Any = None,
                   seed: int | None = None, outputs: Sequence[str] | None = None,
                   prev_action: Any = _UNSET, **extra: Any) -> ActResult:
+        """Awaitable: one observation in, one action out: ``POST /v1/models/{model}/act``.
+
+        Arguments, result and errors as ``PolicyClient.act``.
+        """
         body = _act_body(observation, session_id=session_id,
                          explore=self.explore if explore is None else explore, reward=reward,
                          prev_action=prev_action, has_prev_action=prev_action is not _UNSET,
@@ -467,6 +354,10 @@ class AsyncPolicyClient(_Base):
                         explore: bool | None = None, rewards: Sequence[float | None] | None = None,
                         episode_starts: Sequence[bool] | None = None, action_masks: Sequence[Any] | None = None,
                         outputs: Sequence[str] | None = None, **extra: Any) -> ActResult:
+        """Awaitable: many observations in one call: the batch form of ``act``.
+
+        Arguments, result and errors as ``PolicyClient.act_batch``.
+        """
         body = _batch_body(observations, session_ids=session_ids,
                            explore=self.explore if explore is None else explore, rewards=rewards,
                            episode_starts=episode_starts, action_masks=action_masks,
@@ -474,34 +365,66 @@ class AsyncPolicyClient(_Base):
         return ActResult.from_json(await self._request("POST", self._act_path, json=body))
 
     async def create_session(self, session_id: str | None = None, *, seed: int | None = None) -> dict[str, Any]:
+        """Awaitable: create a session (``POST /v1/models/{model}/sessions``); returns its JSON.
+
+        Arguments, result and errors as ``PolicyClient.create_session``.
+        """
         body = self._session_body(session_id, seed)
         return await self._request("POST", f"/v1/models/{self.model}/sessions", json=body)
 
     async def end_session(self, session_id: str) -> dict[str, Any]:
+        """Awaitable: end a session (``DELETE``); its id then answers ``SessionExpiredError`` (410).
+
+        Arguments, result and errors as ``PolicyClient.end_session``.
+        """
         return await self._request("DELETE", f"/v1/models/{self.model}/sessions/{session_id}")
 
     async def model_info(self) -> dict[str, Any]:
+        """Awaitable: the model's metadata (``GET /v1/models/{model}``): spaces, config, state layout, versions.
+
+        Arguments, result and errors as ``PolicyClient.model_info``.
+        """
         return await self._request("GET", f"/v1/models/{self.model}", retry_on_timeout=True)
 
     async def start_episode(self, episode_id: str | None = None, *, seed: int | None = None) -> str:
+        """Awaitable: start an episode (a new server session); returns its id for the episode calls.
+
+        Arguments, result and errors as ``PolicyClient.start_episode``.
+        """
         episode_id = episode_id or uuid.uuid4().hex
         info = await self.create_session(episode_id, seed=seed)
         self._episodes[episode_id] = _Episode(session_id=info["session_id"])
         return episode_id
 
     async def get_action(self, episode_id: str, observation: Any, *, action_mask: Any = None) -> Any:
+        """Awaitable: the action for ``observation`` in episode ``episode_id``.
+
+        Arguments, result and errors as ``PolicyClient.get_action``.
+        """
         body = self._episode_act_body(episode_id, observation, action_mask, None)
         result = ActResult.from_json(await self._request("POST", self._act_path, json=body))
         self._after_episode_act(episode_id)
         return result.action
 
     def log_action(self, episode_id: str, action: Any) -> None:
+        """Report the action the environment really took (sent with the next observation).
+
+        Not awaited: it only records.
+        """
         self._log_action(episode_id, action)
 
     def log_returns(self, episode_id: str, reward: float) -> None:
+        """Add ``reward`` to the episode's pending reward (sent with the next observation) and its total.
+
+        Not awaited: it only records.
+        """
         self._log_returns(episode_id, reward)
 
     async def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
+        """Awaitable: end the episode's server session; returns the episode's total logged reward.
+
+        Arguments, result and errors as ``PolicyClient.end_episode``.
+        """
         if observation is not _UNSET:
             await self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)

@@ -14,7 +14,7 @@ import math
 import time
 from typing import Any, Literal
 
-from rlserve.service.errors import BadRequest, NotFound, QueueFull
+from rlserve.service.errors import BadRequest, NotFound, QueueFull, quoted
 from rlserve.service.experience.records import RewardEvent
 
 Mode = Literal["add", "replace"]
@@ -42,7 +42,7 @@ def accept_rewards(experience: Any, model: str, items: list[Any]) -> int:
     """Queue ``items`` for ``model``'s log; how many were taken. 404 when the log does not
     record the model, 503 when the writer's queue is full (nothing was taken)."""
     if experience is None or experience.model_log(model) is None:
-        raise NotFound(f"the experience log does not record model {model!r} on this server "
+        raise NotFound(f"the experience log does not record model {quoted(model)} on this server "
                        "(RLSERVE_EXPERIENCE_LOG, RLSERVE_EXPERIENCE_MODELS)", field="name", received=model)
     events = reward_events(items)
     if not experience.rewards(model, events):

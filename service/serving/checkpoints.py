@@ -3,17 +3,23 @@
 ``rlserve serve --checkpoint DIR`` and checkpoint directories found in the repository come
 through here. The export is the one ``rlserve export CHECKPOINT`` does (spaces, model
 config, filter statistics, action settings all read from the checkpoint; runtimes verified
-against eager torch), written to a temporary directory that lives as long as the bundle.
-It needs torch (the ``[torch]`` extra); serving exported bundles does not.
+against eager torch), kept in the export cache (``export_cache``) so the next start of the
+same checkpoint loads it instead. Exporting needs torch (the ``[torch]`` extra); serving
+exported bundles, kept ones included, does not.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
 from rlserve.models.export.bundle import Bundle, BundleError, load_bundle
 from rlserve.service.errors import BundleInvalid
+from rlserve.service.serving import export_cache
+from rlserve.service.settings import Settings
+
+log = logging.getLogger("rlserve.checkpoints")
 
 CHECKPOINT_MARKER = "rllib_checkpoint.json"
 
@@ -34,8 +40,63 @@ def parse_checkpoint_arg(value: str) -> tuple[str | None, Path]:
     return None, Path(value)
 
 
-def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str | None = None) -> Bundle:
-    """Export the checkpoint at ``path`` to a temporary bundle and load it (verified)."""
+def cache_root(settings: Settings) -> Path:
+    return settings.export_cache or export_cache.default_root()
+
+
+def cached_export(spec: str, settings: Settings) -> Path | None:
+    """The kept export of the ``--checkpoint`` argument ``spec`` (``[NAME=]PATH``), if any."""
+    name, path = parse_checkpoint_arg(spec)
+    try:
+        return export_cache.lookup(cache_root(settings), export_cache.export_key(path, _model_name(path, name), None))
+    except OSError:
+        return None
+
+
+def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str | None = None, *,
+                           cache: Path | None = None) -> Bundle:
+    """The bundle of the checkpoint at ``path``: its kept export in ``cache`` (made now if
+    there is none), or without a cache a temporary export that lives as long as the bundle."""
+    model_name = _model_name(path, name)
+    if cache is not None:
+        kept = _from_cache(path, model_name, policy_id, cache)
+        if kept is not None:
+            return kept
+    tmp = tempfile.TemporaryDirectory(prefix="rlserve-checkpoint-")
+    try:
+        out = Path(tmp.name) / "bundle"
+        _export(path, out, model_name, policy_id)
+        bundle = _load(path, out)
+    except BaseException:
+        tmp.cleanup()
+        raise
+    bundle._tmp = tmp  # removed with the bundle
+    return bundle
+
+
+def _model_name(path: Path, name: str | None) -> str:
+    return name or path.resolve().name
+
+
+def _from_cache(path: Path, model_name: str, policy_id: str | None, cache: Path) -> Bundle | None:
+    """The kept export (exported now when missing), or None when the cache cannot be used."""
+    try:
+        key = export_cache.export_key(path, model_name, policy_id)
+        entry = export_cache.exported(cache, key, lambda out: _export(path, out, model_name, policy_id))
+    except OSError as exc:  # an unwritable cache (a read-only home): export as if there were none
+        log.warning("checkpoint exports are not kept (%s: %s); set RLSERVE_EXPORT_CACHE to a writable "
+                    "directory", type(exc).__name__, exc.strerror or exc)
+        return None
+    try:
+        return load_bundle(entry)
+    except BundleError as exc:  # changed or damaged since it was kept: export it again
+        log.warning("the kept export of %s no longer loads (%s); exporting it again", path.name, exc)
+        export_cache.forget(cache, key)
+        return _load(path, export_cache.exported(cache, key, lambda out: _export(path, out, model_name, policy_id)))
+
+
+def _export(path: Path, out: Path, model_name: str, policy_id: str | None) -> None:
+    """Export the checkpoint at ``path`` to a verified bundle at ``out``; ``BundleInvalid`` if it cannot be."""
     try:
         from rlserve.models.export.from_checkpoint import export_checkpoint
     except ImportError as exc:  # torch (or onnx) missing: serving exported bundles does not need them
@@ -47,19 +108,20 @@ def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str |
     from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.rllib_import import WeightImportError
 
-    model_name = name or path.resolve().name
-    tmp = tempfile.TemporaryDirectory(prefix="rlserve-checkpoint-")
+    log.info("exporting the RLlib checkpoint %s (kept for the next start)", path)
     try:
-        out = Path(tmp.name) / "bundle"
         export_checkpoint(path, out, policy_id=policy_id, name=model_name, formats=("onnx",))
-        bundle = load_bundle(out)
     except (CheckpointError, WeightImportError, BundleError, OSError) as exc:
-        tmp.cleanup()
-        raise BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="checkpoint",
-                            expected="an RLlib checkpoint directory (rllib_checkpoint.json)",
-                            received=path.name) from exc
-    except BaseException:
-        tmp.cleanup()
-        raise
-    bundle._tmp = tmp  # removed with the bundle
-    return bundle
+        raise _refused(path, exc) from exc
+
+
+def _load(path: Path, out: Path) -> Bundle:
+    try:
+        return load_bundle(out)
+    except (BundleError, OSError) as exc:
+        raise _refused(path, exc) from exc
+
+
+def _refused(path: Path, exc: Exception) -> BundleInvalid:
+    return BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="checkpoint",
+                         expected="an RLlib checkpoint directory (rllib_checkpoint.json)", received=path.name)

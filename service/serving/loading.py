@@ -19,15 +19,17 @@ from rlserve.models.export.bundle import (
 )
 from rlserve.models.export.errors import ArchiveLimitError
 from rlserve.models.interface import ModelSignature
-from rlserve.service.errors import BundleInvalid
+from rlserve.service.errors import BundleInvalid, quoted
+from rlserve.service.serving.batch_limits import batch_limits
 from rlserve.service.serving.batcher import Batcher
-from rlserve.service.serving.checkpoints import bundle_from_checkpoint, is_checkpoint
+from rlserve.service.serving.checkpoints import bundle_from_checkpoint, cache_root, is_checkpoint
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.runtime import choose_kind, open_runtime
 from rlserve.service.sessions.base import SessionStore
-from rlserve.service.sessions.redis_store import CachedSessionStore, RedisSessions
+from rlserve.service.sessions.redis_client import RedisSessions
+from rlserve.service.sessions.redis_store import CachedSessionStore
 from rlserve.service.sessions.store import SessionStore as InProcessStore
 from rlserve.service.settings import Settings
 from rlserve.service.step.batch import BatchStep
@@ -46,14 +48,14 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     worker thread when the event loop is serving.
     """
     manifest = bundle.manifest
-    what = f"bundle {manifest.name!r} version {manifest.version!r}"
+    what = f"bundle {quoted(manifest.name)} version {quoted(manifest.version)}"
     shown = what if shown is None else shown
     try:
         kind = choose_kind(list(manifest.runtimes), settings.runtime)
         runtime = open_runtime(
             kind, bundle.runtime_path(kind), input_names=manifest.input_names,
             output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
-            use_gpu=settings.use_gpu, policy_path=bundle.policy_path(kind),
+            device=settings.device, tensorrt=settings.onnx_tensorrt, policy_path=bundle.policy_path(kind),
             intra_op_spinning=settings.intra_op_spinning,
         )
         if settings.verify_on_load:
@@ -72,9 +74,10 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     step = BatchStep(manifest.signature, runtime, pipeline, sessions, preparer.mask_layout)
     policy = Policy(bundle, runtime, pipeline, sessions, preparer, step,
                     unsquash_default=manifest.normalize_actions, clip_default=manifest.clip_actions)
+    limits = batch_limits(settings, runtime.device)
     policy.batcher = Batcher(
-        step.run, max_rows=settings.max_batch_size, max_delay_s=settings.max_batch_delay_ms / 1000.0,
-        queue_limit=settings.queue_limit, inline_rows=settings.inline_batch_rows, enabled=settings.batching,
+        step.run, max_rows=limits.max_rows, max_delay_s=limits.max_delay_s,
+        queue_limit=limits.queue_limit, inline_rows=limits.inline_rows, enabled=settings.batching,
         retry_after_s=settings.retry_after_s, name=policy.key,
         observer=metrics.batch_observer(manifest.name) if metrics is not None else None,
         # An external store reads before and writes after each batch; in-process, nothing waits.
@@ -113,9 +116,9 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
     most ``settings.max_unpacked_bytes``; if the policy cannot be built, it is deleted at once.
     """
     shown = path.name if shown is None else shown
-    label = f"bundle {shown!r}" if label is None else label
+    label = f"bundle {quoted(shown)}" if label is None else label
     if is_checkpoint(path):
-        bundle = bundle_from_checkpoint(path, name)
+        bundle = bundle_from_checkpoint(path, name, cache=cache_root(settings))
         try:
             return build_policy(bundle, settings, metrics, shown=shown, store=store)
         except BaseException:

@@ -21,7 +21,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.12
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.5, 2.0)
 
-SessionCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (model, version, active)
+# (model, version, value) per loaded model version, read at scrape time.
+VersionCounts = Callable[[], Iterable[tuple[str, str, int]]]
 
 
 class FastHistogram:
@@ -140,8 +141,15 @@ class Metrics:
         self._cache_hit = self.session_cache_total.labels("hit")
         self._cache_miss = self.session_cache_total.labels("miss")
         self._route_children: dict[tuple[str, str], _Child] = {}
-        self._session_counts: SessionCounts = lambda: ()
-        self.registry.register(_SessionCollector(lambda: self._session_counts()))
+        self._session_counts: VersionCounts = lambda: ()
+        self._queued_rows: VersionCounts = lambda: ()
+        self.registry.register(_VersionGauge("rlserve_active_sessions", "Live sessions per model version",
+                                             lambda: self._session_counts()))
+        # What an autoscaler reads as load (docker/kubernetes/overlays/queue-hpa): rows accepted
+        # but not yet in a batch; it grows only when the runtime cannot keep up.
+        self.registry.register(_VersionGauge(
+            "rlserve_queued_rows", "Observations waiting in the batcher's queue per model version",
+            lambda: self._queued_rows()))
 
     def _histogram(self, name: str, doc: str, labels: list[str], buckets: Sequence[float]) -> FastHistogram:
         histogram = FastHistogram(name, doc, labels, buckets)
@@ -157,8 +165,11 @@ class Metrics:
             child = self._route_children[key] = self.request_latency.labels(model, route)
         return child
 
-    def watch_sessions(self, counts: SessionCounts) -> None:
+    def watch_sessions(self, counts: VersionCounts) -> None:
         self._session_counts = counts
+
+    def watch_queues(self, rows: VersionCounts) -> None:
+        self._queued_rows = rows
 
     def batch_observer(self, model: str) -> Callable[[BatchInfo, Sequence[Job]], None]:
         """A ``Batcher`` observer for ``model`` with its label children bound once."""
@@ -203,18 +214,16 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class _SessionCollector:
-    """Reads the live session counts at scrape time instead of tracking every change."""
+class _VersionGauge:
+    """A gauge per model version read at scrape time instead of tracking every change."""
 
-    def __init__(self, counts: SessionCounts):
-        self._counts = counts
+    def __init__(self, name: str, documentation: str, counts: VersionCounts):
+        self._name, self._documentation, self._counts = name, documentation, counts
 
     def collect(self):
-        family = GaugeMetricFamily(
-            "rlserve_active_sessions", "Live sessions per model version", labels=["model", "version"]
-        )
-        for model, version, active in self._counts():
-            family.add_metric([model, version], active)
+        family = GaugeMetricFamily(self._name, self._documentation, labels=["model", "version"])
+        for model, version, value in self._counts():
+            family.add_metric([model, version], value)
         yield family
 
     def describe(self):

@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from rlserve.service.errors import ServiceError, StoreUnavailable
+from rlserve.service.errors import ServiceError, StoreUnavailable, quoted
 from rlserve.service.sessions.record import SessionLayout, SessionRecord
 from rlserve.service.sessions.store import Session
 
@@ -37,7 +37,7 @@ class SessionMiss(Exception):
 
     def __init__(self, session_ids: list[str], load: Callable[[], Awaitable[None]],
                  settle: Callable[[], None]):
-        super().__init__(f"sessions not held here: {session_ids!r}")
+        super().__init__(f"sessions not held here: {quoted(session_ids)}")
         self.session_ids = session_ids
         self.load = load
         self.settle = settle
@@ -60,8 +60,29 @@ async def after_loading(miss: SessionMiss, attempt: Callable[[], T]) -> T:
             miss = again
         finally:
             current.settle()
-    raise StoreUnavailable(f"sessions {miss.session_ids!r} could not be held here (the session cache is full of "
+    raise StoreUnavailable(f"sessions {quoted(miss.session_ids)} could not be held here (the session cache is full of "
                            "requests in flight); retry later", headers={"Retry-After": "1"})
+
+
+async def after_loading_all(miss: SessionMiss, attempt: Callable[[], T], reads: int) -> T:
+    """``after_loading`` for an attempt that looks up in several places one after the other
+    (a multi-agent step: its episode, then each policy's sessions), so that each read
+    answers a later lookup than the one that raised it: every read is kept until the
+    attempt succeeds (or ``reads`` reads were not enough: 503), then all are settled."""
+    done: list[SessionMiss] = []
+    try:
+        for _ in range(reads):
+            await miss.load()
+            done.append(miss)
+            try:
+                return attempt()
+            except SessionMiss as again:
+                miss = again
+        raise StoreUnavailable(f"sessions {miss.session_ids!r} could not be held here (the session cache is full "
+                               "of requests in flight); retry later", headers={"Retry-After": "1"})
+    finally:
+        for read in done:
+            read.settle()
 
 
 class SessionStore(Protocol):

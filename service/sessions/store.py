@@ -29,6 +29,7 @@ from rlserve.service.errors import (
     SessionExpired,
     SessionNotFound,
     SessionsUnavailable,
+    quoted,
 )
 from rlserve.service.sessions.record import (
     RecordError,
@@ -130,12 +131,12 @@ class SessionStore:
         reason = self._tombstones.get(session_id)
         if reason is not None:
             raise SessionExpired(
-                f"session {session_id!r} is gone ({reason}); start a new episode",
+                f"session {quoted(session_id)} is gone ({reason}); start a new episode",
                 field="session_id",
                 received=session_id,
             )
         raise SessionNotFound(
-            f"unknown session {session_id!r}: create it (POST .../sessions) or send episode_start=true",
+            f"unknown session {quoted(session_id)}: create it (POST .../sessions) or send episode_start=true",
             field="session_id",
             received=session_id,
         )
@@ -168,7 +169,7 @@ class SessionStore:
         session_id = validate_session_id(session_id) if session_id is not None else uuid.uuid4().hex
         if session_id in self._sessions:
             raise SessionConflict(
-                f"session {session_id!r} already exists; end it first or send episode_start=true",
+                f"session {quoted(session_id)} already exists; end it first or send episode_start=true",
                 field="session_id",
                 received=session_id,
             )
@@ -289,8 +290,8 @@ class SessionStore:
         old = self._sessions.get(session_id)
         if old is not None:
             if old.inflight:
-                raise SessionConflict(f"session {session_id!r} has a request in flight; retry when it is answered",
-                                      field="session_id", received=session_id)
+                raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is "
+                                      "answered", field="session_id", received=session_id)
             self._drop(old, "", tombstone=False)
         self.expire_idle()
         if len(self._sessions) >= self.max_sessions:

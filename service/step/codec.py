@@ -29,7 +29,8 @@ import numpy as np
 from gymnasium import spaces as gs
 
 from rlserve.models.spaces import Repeated, Simplex, float_to_json, space_to_json
-from rlserve.service.errors import InvalidInput, summarize_received
+from rlserve.service.errors import InvalidInput, quoted, summarize_received
+from rlserve.service.step.received import not_numbers
 
 __all__ = ["decode_value", "decode_batch", "encode_batch", "floats_json", "describe_space", "is_plain_row"]
 
@@ -56,23 +57,29 @@ def decode_value(space: gs.Space, data: Any, field: str) -> Any:
 
 # --------------------------------------------------------------------------- arrays
 
+_MAX_DTYPE_NAME = 16  # "complex128", "<f8", "float64": every numeric name fits
+
 def _from_b64(space: gs.Box, data: Mapping[str, Any], field: str) -> np.ndarray:
     extra = set(data) - {"b64", "dtype", "shape"}
     if extra:
         raise _fail(field, f"unknown keys {sorted(extra)} in a base64 array", space, data)
     dtype_name = data.get("dtype", np.dtype(space.dtype).name)
-    if not isinstance(dtype_name, str):  # np.dtype(None) would silently mean float64
+    # Not a string: np.dtype(None) would silently mean float64. No numeric dtype's name is
+    # long; a long one is a claim ("(99999999999,)f8") numpy would try to build.
+    if not isinstance(dtype_name, str) or len(dtype_name) > _MAX_DTYPE_NAME:
         raise _fail(f"{field}.dtype", "expected a numeric dtype name such as 'uint8' or 'float32'",
                     np.dtype(space.dtype).name, dtype_name)
     try:
         dtype = np.dtype(dtype_name)
-    except (TypeError, ValueError):
-        raise _fail(f"{field}.dtype", f"unknown dtype {dtype_name!r}", np.dtype(space.dtype).name, dtype_name) from None
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(f"{field}.dtype", f"unknown dtype {quoted(dtype_name)}", np.dtype(space.dtype).name,
+                    dtype_name) from None
     if dtype.kind not in "biuf":
         raise _fail(f"{field}.dtype", f"dtype {dtype.name} is not numeric", np.dtype(space.dtype).name, dtype_name)
     shape = data.get("shape", list(space.shape))
     if not isinstance(shape, list) or shape != list(space.shape):
-        raise _fail(f"{field}.shape", f"shape {shape!r} does not match {list(space.shape)}", list(space.shape), shape)
+        raise _fail(f"{field}.shape", f"shape {quoted(shape)} does not match {list(space.shape)}", list(space.shape),
+                    shape)
     raw = data.get("b64")
     if not isinstance(raw, str):
         raise _fail(f"{field}.b64", "expected a base64 string", space, raw)
@@ -132,9 +139,9 @@ def _array(space: gs.Space, data: Any, field: str, shape: tuple[int, ...]) -> np
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError):
-        raise _fail(field, f"expected a number array of shape {list(shape)} (ragged lists?)", space, data) from None
-    if arr.dtype.kind not in "biuf":
-        raise _fail(field, f"expected numbers, got elements of type {arr.dtype.kind!r}", space, data)
+        raise _fail(field, not_numbers(data, list(shape)), space, data) from None
+    if arr.dtype.kind not in "biuf":  # strings, nulls, objects: said as JSON, not as numpy's dtype
+        raise _fail(field, not_numbers(data, list(shape)), space, data)
     if arr.shape != shape:
         raise _fail(field, f"expected shape {list(shape)}, got {list(arr.shape)}", space, data)
     return _cast(space, arr, field, data)
@@ -157,15 +164,27 @@ def _(space: gs.Box, data: Any, field: str) -> np.ndarray:
                 return arr
     arr = _array(space, data, field, space.shape)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise _fail(field, "values must be finite", space, data)
+        raise _fail(field, _non_finite(arr, data), space, data)
     return arr
+
+
+def _non_finite(arr: np.ndarray, data: Any) -> str:
+    """Where ``arr`` (``data`` decoded, in the space's dtype) first holds NaN or an infinity."""
+    index = [int(i) for i in np.argwhere(~np.isfinite(arr))[0]]
+    where = f"element {index[0]}" if len(index) == 1 else f"element {index}" if index else "the value"
+    sent = data
+    for i in index:  # the number as sent, when it came as JSON lists
+        sent = sent[i] if isinstance(sent, list) and i < len(sent) else None
+    if isinstance(sent, int | float) and math.isfinite(sent):
+        return f"expected finite numbers; {where} is {sent!r}, beyond the range of {arr.dtype.name}"
+    return f"expected finite numbers; {where} is {arr[tuple(index)].item()!r}"
 
 
 @decode_value.register
 def _(space: Simplex, data: Any, field: str) -> np.ndarray:
     arr = _array(space, data, field, space.shape)
     if not np.isfinite(arr).all():
-        raise _fail(field, "values must be finite", space, data)
+        raise _fail(field, _non_finite(arr, data), space, data)
     return arr
 
 

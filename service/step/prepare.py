@@ -91,8 +91,12 @@ class Preparer:
         # The codec already refused non-finite values of the space's own dtype; the model
         # input can still overflow when it is narrower (a float64 Box fed as float32) or a
         # filter divides by a small std without clipping. Only then is it checked again.
+        # Integers (a uint8 image) are finite as float32 or float64 whatever their value: a
+        # 1,024-row 84x84x4 batch is 29 million floats, not worth a second pass.
+        space_dtype = np.dtype(obs_space.dtype)
         self._input_checked = (pipeline.passes_through and pipeline.obs_filter is None
-                               and np.dtype(obs_space.dtype) == obs_dtype)
+                               and (space_dtype == obs_dtype
+                                    or (space_dtype.kind in "iub" and obs_dtype in (np.float32, np.float64))))
 
     def _plain_box_width(self) -> int:
         """Length of a flat float32 Box observation that goes to the model unchanged

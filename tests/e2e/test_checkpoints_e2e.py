@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 import pytest
 from checkpoint_cases import CheckpointCase, case_ids, checkpoint_dir, load_checkpoint_case
-from server_process import rlserve_command, running_server
+from server_process import ServerProcess, rlserve_command, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -144,12 +144,35 @@ def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "two-workers"])
 def test_a_checkpoint_that_does_not_load_stops_the_start(tmp_path: Path, workers: list[str]) -> None:
-    """Exit status 2 and the reason, whether one process serves or a supervisor runs workers
-    (which must not restart them forever)."""
-    not_a_checkpoint = tmp_path / "no-such-checkpoint"
-    proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", *workers,
-                           "--checkpoint", f"mine={not_a_checkpoint}"],
-                          capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")})
-    assert proc.returncode == 2, proc.stderr
-    assert "--checkpoint mine=" in proc.stderr and "no such directory" in proc.stderr
+    """Exit status 2 and the reason in one line, whether one process serves or a supervisor
+    runs workers (which must not restart them forever): for a directory that is no
+    checkpoint (found when it is loaded), and for a path with nothing there (found before)."""
+    not_a_checkpoint = tmp_path / "empty-folder"
+    not_a_checkpoint.mkdir()
+    for path, says in ((not_a_checkpoint, "cannot load"), (tmp_path / "no-such-checkpoint", "nothing is there")):
+        proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", *workers, "--checkpoint", f"mine={path}"],
+                              capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")})
+        assert proc.returncode == 2, proc.stderr
+        (line,) = [line for line in proc.stderr.splitlines() if line.startswith("rlserve serve: ")]
+        assert line.startswith(f"rlserve serve: --checkpoint mine={path}: ") and says in line, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_workers_export_a_checkpoint_once(tmp_path: Path) -> None:
+    """`--workers 2 --checkpoint`: one export (into the export cache), both workers serve it."""
+    case = load_checkpoint_case(case_ids()[0])
+    server = ServerProcess({"RLSERVE_EXPORT_CACHE": str(tmp_path / "cache"), "RLSERVE_LOG_LEVEL": "info"},
+                           args=["--workers", "2", "--checkpoint", f"mine={case.checkpoint}"])
+    try:
+        server.start()
+        with httpx.Client(base_url=server.url) as client:
+            answers = [client.post("/v1/models/mine/act", json={"observation": case.reference["fixed"]["obs"][0]})
+                       for _ in range(8)]
+        assert server.log is not None
+        fd = server.log.fileno()
+        log = os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")  # all of it, not the tail
+    finally:
+        server.stop()
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    assert log.count("exporting the RLlib checkpoint") == 1, log

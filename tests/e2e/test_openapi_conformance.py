@@ -8,13 +8,18 @@ requests are accepted and schema-invalid ones refused, undeclared methods answer
 ``Allow``, admin routes refuse missing credentials. ``tests/e2e/schemathesis.toml`` holds what
 the run needs to know beyond the document (why 410/422 can answer a schema-valid request,
 the embedded models' names so requests reach them; ``schemathesis_hooks.py`` the act rules
-JSON Schema cannot state). Bounded by a fixed number of examples and a fixed seed, so a run
-is reproducible (about 20-40 s here); the same command with a larger ``--max-examples`` or
-another ``--seed`` explores further.
+JSON Schema cannot state). Each run draws ``SEEDS`` random seeds, one server and one
+schemathesis run each, bounded by a number of examples: every run explores elsewhere, and
+a failure names its seed in the test's id (``[seed=N]``); ``SCHEMATHESIS_SEEDS=N,M`` runs
+those seeds again. The examples and coverage phases draw their cases from the document
+itself (about half the time of a run); they run with the first seed, the fuzzing and
+stateful phases with every seed.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import subprocess
 import sys
@@ -28,9 +33,19 @@ pytestmark = pytest.mark.e2e
 
 TOKEN = "schemathesis-admin-token"
 CONFIG = REPO / "tests" / "e2e" / "schemathesis.toml"
-MAX_EXAMPLES = 30
-SEED = 16
+SEEDS = 3
+MAX_EXAMPLES = 12  # per seed
 TIMEOUT_S = 300  # a hang fails the test instead of blocking the suite
+ALL_PHASES = "examples,coverage,fuzzing,stateful"
+RANDOM_PHASES = "fuzzing,stateful"  # what a seed changes
+
+
+def _seeds() -> list[int]:
+    """``SCHEMATHESIS_SEEDS`` (comma-separated) to replay a run, else ``SEEDS`` new ones."""
+    chosen = os.environ.get("SCHEMATHESIS_SEEDS")
+    if chosen:
+        return [int(seed) for seed in chosen.split(",")]
+    return [random.SystemRandom().randrange(1 << 31) for _ in range(SEEDS)]
 
 
 def _operations(spec: dict) -> int:
@@ -43,18 +58,24 @@ def _observations(metrics: str, model: str) -> float:
     return float(match[1]) if match else 0.0
 
 
-def test_schemathesis_finds_no_server_error_and_no_conformance_failure() -> None:
+@pytest.mark.parametrize(("seed", "phases"), [(seed, ALL_PHASES if i == 0 else RANDOM_PHASES)
+                                              for i, seed in enumerate(_seeds())],
+                         ids=lambda value: f"seed={value}" if isinstance(value, int) else value.replace(",", "+"))
+def test_schemathesis_finds_no_server_error_and_no_conformance_failure(seed: int, phases: str) -> None:
+    print(f"schemathesis seed {seed}, phases {phases} (SCHEMATHESIS_SEEDS={seed} replays it)")
     with running_server(env={"RLSERVE_ADMIN_TOKEN": TOKEN}) as url:
         operations = _operations(httpx.get(f"{url}/openapi.json", timeout=10).json())
         command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "run",
                    f"{url}/openapi.json", "--checks", "all", "--header", f"Authorization: Bearer {TOKEN}",
-                   "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1", "--no-color"]
+                   "--max-examples", str(MAX_EXAMPLES), "--seed", str(seed), "--phases", phases, "--workers", "1",
+                   "--no-color"]
         run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
     output = run.stdout + run.stderr
-    assert run.returncode == 0, f"schemathesis found problems (exit {run.returncode}):\n{output[-20000:]}"
+    assert run.returncode == 0, (f"schemathesis found problems with seed {seed} (exit {run.returncode}; "
+                                 f"SCHEMATHESIS_SEEDS={seed} replays it):\n{output[-20000:]}")
     # Every operation of the document was exercised, none skipped or left out.
     assert f"Selected: {operations}/{operations}" in output and f"Tested: {operations}\n" in output, output[-5000:]
     # The run reached the models themselves (not only 404s for made-up names): the act
     # examples of the document were answered with actions.
-    assert _observations(metrics, "cartpole") > 0, metrics
+    assert "examples" not in phases or _observations(metrics, "cartpole") > 0, metrics

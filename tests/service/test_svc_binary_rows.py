@@ -10,6 +10,7 @@ import pytest
 from conftest import error_of
 
 from rlserve.service.act import binary
+from rlserve.service.step.sizes import Expect
 
 pytestmark = pytest.mark.asyncio
 
@@ -157,5 +158,6 @@ async def test_the_block_is_read_with_one_frombuffer(monkeypatch):
 
     monkeypatch.setattr(binary.np, "frombuffer", counting)
     arr = np.zeros((64, 16), np.float32)
-    rows, _ = binary.raw_rows([(b"x-rlserve-dtype", b"float32"), (b"x-rlserve-shape", b"64,16")], arr.tobytes())
+    rows, _ = binary.raw_rows([(b"x-rlserve-dtype", b"float32"), (b"x-rlserve-shape", b"64,16")], arr.tobytes(),
+                              Expect(64, ((16,),)))
     assert len(calls) == 1 and rows.observations.shape == (64, 16) and len(rows) == 64

@@ -63,10 +63,37 @@ def test_errors_name_the_field(value, field, fragment):
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # silenced in rlserve.service.step.codec too
 def test_box_rejects_non_finite_and_ragged():
     box = gs.Box(-1.0, 1.0, (2, 2), np.float32)
-    with pytest.raises(InvalidInput, match="ragged|shape"):
+    with pytest.raises(InvalidInput, match=r"nested lists of shape \[2, 2\]; the lists' lengths differ"):
         codec.decode_value(box, [[1, 2], [3]], "o")
-    with pytest.raises(InvalidInput, match="finite"):
+    with pytest.raises(InvalidInput, match=r"expected finite numbers; element \[0, 0\] is 1e\+39, beyond the range "
+                                           "of float32"):
         codec.decode_value(box, [[1e39, 0], [0, 0]], "o")  # overflows float32 to inf
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ([0.1, 0.2, "nan", 0.4], "expected finite numbers; element 2 is the string 'nan'"),
+    ([0.1, None, 0.3, 0.4], "expected finite numbers; element 1 is null"),
+    ([0.1, 0.2, 0.3, {"x": 1}], "expected finite numbers; element 3 is an object"),
+    ([0.1, 0.2, 0.3, "x" * 5000], "expected finite numbers; element 3 is a string of 5000 characters"),
+])
+def test_what_is_no_number_is_said_in_json_terms(value, said):
+    """Not numpy's dtype codes ('U', 'O'): the element and what it is, as JSON calls it."""
+    box = gs.Box(-1.0, 1.0, (4,), np.float32)
+    with pytest.raises(InvalidInput) as info:
+        codec.decode_value(box, value, "observation")
+    assert info.value.message == f"observation: {said}"
+    assert len(info.value.body()) < 1024  # a long string is said by its length, not repeated
+    with pytest.raises(InvalidInput) as info:  # a batch names the row too
+        codec.decode_batch(box, [[0.0] * 4, value], "observations")
+    assert info.value.message == f"observations[1]: {said}"
+
+
+def test_a_nan_from_a_binary_block_is_named():
+    box = gs.Box(-1.0, 1.0, (3,), np.float32)
+    packed = {"b64": base64.b64encode(np.array([0, np.nan, 0], np.float32).tobytes()).decode(), "dtype": "float32",
+              "shape": [3]}
+    with pytest.raises(InvalidInput, match="expected finite numbers; element 1 is nan"):
+        codec.decode_value(box, packed, "o")
 
 
 def test_integer_box_refuses_fractions_and_overflow():

@@ -44,6 +44,25 @@ async def test_metrics_count_requests_batches_sessions_errors(make_client):
     assert 'rlserve_observations_total{model="mlp"} 3.0' in text
 
 
+async def test_queued_rows_gauge_counts_what_waits_for_a_batch(make_client):
+    """The autoscaling signal (docker/kubernetes/overlays/queue-hpa): rows accepted and not yet
+    in a batch. A 2 s batch delay holds a 3-row request in the queue until it is seen."""
+    import asyncio
+
+    app, client = make_client(("mlp",), max_batch_delay_ms=2000.0)
+    queued = 'rlserve_queued_rows{model="mlp",version="1"}'
+    assert f"{queued} 0.0" in (await client.get("/metrics")).text
+    act = asyncio.create_task(client.post("/v1/models/mlp/act", json={"observations": [OBS, OBS, OBS]}))
+    for _ in range(150):
+        if f"{queued} 3.0" in app.state.metrics.render().decode():
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the 3 queued rows never showed in rlserve_queued_rows")
+    assert (await act).status_code == 200
+    assert f"{queued} 0.0" in (await client.get("/metrics")).text
+
+
 async def test_openapi_documents_the_act_routes(make_client):
     _, client = make_client(("mlp",))
     spec = (await client.get("/openapi.json")).json()

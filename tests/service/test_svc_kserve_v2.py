@@ -265,12 +265,15 @@ async def test_health_and_metadata_routes(make_client):
     assert "no model named 'x'" in refusal(await client.get("/v2/models/x"), 404)
     meta = (await client.get("/v2/models/lstm/versions/1")).json()
     assert meta["platform"] == "rlserve_onnx" and meta["parameters"]["default_outputs"] == ["action", "logp"]
-    app.state.draining = True  # SIGTERM: load balancers probing the protocol's readiness stop sending too
-    assert (await client.get("/v2/health/ready")).status_code == 503
+    # SIGTERM: load balancers probing the protocol's readiness stop sending too. The protocol's
+    # answer is the status: 200 true, a 4xx false (Triton's 400), never a 5xx.
+    app.state.draining = True
+    assert (await client.get("/v2/health/ready")).status_code == 400
     app.state.draining = False
     assert (await client.get("/v2/health/ready")).status_code == 200
     app.state.shutting_down = True
-    assert (await client.get("/v2/health/ready")).status_code == 503
+    not_ready = await client.get("/v2/health/ready")
+    assert not_ready.status_code == 400 and not_ready.json() == {"ready": False}
 
 
 async def test_infer_latency_and_errors_are_counted(make_client):

@@ -38,4 +38,5 @@ def test_fast_histogram_matches_prometheus():
 def test_serve_main_rejects_bad_settings(monkeypatch, capsys):
     monkeypatch.setenv("RLSERVE_MAX_BATCH_SIZE", "0")
     assert serve_main([]) == 2
-    assert "max_batch_size" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "rlserve serve: RLSERVE_MAX_BATCH_SIZE: expected a number >= 1, received '0'\n", err

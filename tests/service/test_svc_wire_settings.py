@@ -12,7 +12,7 @@ from rlserve.service.settings import NOT_SETTINGS, Settings, UnknownSetting
 
 
 def rows_of(payload) -> object:
-    return to_rows(decode_request(msgspec.json.encode(payload)))
+    return to_rows(decode_request(msgspec.json.encode(payload)), Settings().max_rows)
 
 
 def test_single_form_becomes_one_row():

@@ -49,7 +49,8 @@ TORCH_SIDE = (
     "models/checkpoint/files.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
-REDIS_SIDE = ("service/sessions/redis_store.py",)
+# The start-up check pings the configured store (service/startup.py, only with a store set).
+REDIS_SIDE = ("service/sessions/redis_client.py", "service/startup.py")
 # The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
 GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # The experience log's Parquet side (imported only when RLSERVE_EXPERIENCE_LOG is set, and by
@@ -58,6 +59,7 @@ EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
+                   "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
                    "scripts/record_rllib_offline_schema.py": {"ray"},
                    "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"}}
 

@@ -19,8 +19,10 @@ from tritonclient.grpc import service_pb2
 from rlserve.service.errors import BadRequest, ServiceError
 from rlserve.service.protocols.kserve_v2 import grpc_messages as pb
 from rlserve.service.protocols.kserve_v2.grpc_server import code_of, request_of, response_of
+from rlserve.service.step.sizes import Expect
 
 _T = FieldDescriptor
+ANY_ROWS = Expect(max_rows=1024)  # no model here: the declared shape is checked against the bytes alone
 _VALUES = {_T.TYPE_BOOL: True, _T.TYPE_STRING: "text", _T.TYPE_BYTES: b"\x00\x01", _T.TYPE_INT32: -7,
            _T.TYPE_INT64: -(2 ** 40), _T.TYPE_UINT32: 7, _T.TYPE_UINT64: 2 ** 63, _T.TYPE_FLOAT: 0.5,
            _T.TYPE_DOUBLE: 0.25}
@@ -84,14 +86,15 @@ def test_parameters_inputs_and_outputs_become_the_rest_body():
     assert body.parameters == {"sequence_id": "s-1", "sequence_start": True, "seed": 2 ** 63, "epsilon": 0.1}
     assert body.id == "r" and [o.name for o in body.outputs] == ["logp"]
     assert body.inputs[0].parameters == {"binary_data_size": 24} and raw.name == body.inputs[0].name
-    np.testing.assert_array_equal(data.restart().read(body.inputs[0]), np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(data.restart().read(body.inputs[0], ANY_ROWS),
+                                  np.arange(6, dtype=np.float32).reshape(2, 3))
 
     typed = pb.ModelInferRequest(model_name="m")
     tensor = typed.inputs.add(name="mask", datatype="BOOL", shape=[1, 2])
     tensor.contents.bool_contents.extend([True, False])
     body, data = request_of(typed)
     assert body.inputs[0].data == [True, False] and body.id is not None
-    assert data.restart().read(body.inputs[0]).tolist() == [[True, False]]
+    assert data.restart().read(body.inputs[0], ANY_ROWS).tolist() == [[True, False]]
 
 
 @pytest.mark.parametrize("break_it, names", [

@@ -10,6 +10,7 @@
 - The experience log (``service/experience``) is fed by the step layer and never sees HTTP.
 - Other wire protocols (``service/protocols``) sit on the act use case without FastAPI;
   the request edge and the layers below it never import them.
+- Policy sets (``service/multiagent``) sit on the act use case the same way.
 
 Serving ONNX bundles without torch is checked by running the server in a subprocess
 (tests/service/test_svc_torch_free.py).
@@ -88,7 +89,9 @@ RULES = [
      ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols",
       "rlserve.service.serving", "fastapi", "starlette")),
     ("the request edge is framework-free (no FastAPI)", "service/act", None,
-     ("fastapi", "rlserve.service.protocols")),
+     ("fastapi", "rlserve.service.protocols", "rlserve.service.multiagent")),
+    ("policy sets sit on the act use case, framework-free", "service/multiagent", None,
+     ("rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols", "fastapi", "starlette")),
     ("other wire protocols sit on the act use case, framework-free", "service/protocols", None,
      ("rlserve.service.api", "rlserve.service.app", "fastapi", "starlette")),
 ]

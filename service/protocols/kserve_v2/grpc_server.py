@@ -38,6 +38,7 @@ from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.request import decode_failure, sequence_id
 from rlserve.service.protocols.kserve_v2.tensors import DATATYPES, read_input, wire_array
 from rlserve.service.protocols.kserve_v2.wire import InferRequest, InferRequestInput
+from rlserve.service.step.sizes import Expect
 
 log = logging.getLogger("rlserve.grpc")
 
@@ -137,10 +138,10 @@ class PerInput:
         self.index = 0
         return self
 
-    def read(self, inp: InferRequestInput) -> np.ndarray:
+    def read(self, inp: InferRequestInput, expect: Expect) -> np.ndarray:
         buffer = memoryview(self.raw[self.index]) if self.raw else _EMPTY
         self.index += 1
-        return read_input(inp, buffer, 0)[0]
+        return read_input(inp, buffer, 0, expect)[0]
 
     def finish(self) -> None:
         pass  # every buffer belongs to one input (request_of counted them)

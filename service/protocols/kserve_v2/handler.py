@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.use_case import Accepted, ActService, Encode
-from rlserve.service.errors import BadRequest, ServiceError
+from rlserve.service.errors import BadRequest, ServiceError, quoted
 from rlserve.service.protocols.kserve_v2.layout import (
     EXTRAS,
     MASK,
@@ -50,6 +50,7 @@ from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.step import columns
 from rlserve.service.step.batch import KeptAnswer, StepOutput
 from rlserve.service.step.rows import Rows
+from rlserve.service.step.sizes import Expect
 
 
 class InferService:
@@ -115,7 +116,7 @@ class InferService:
         version = _version(req, name, version)
         options = parse_parameters(req.parameters)
         layout = layout_of(_target(entry, version, options))
-        tensors, batch = _read_inputs(req, data.restart(), layout)
+        tensors, batch = _read_inputs(req, data.restart(), layout, self.act.max_rows)
         rows = _rows(layout, tensors, batch, options)
         outputs = plan_outputs(req, layout, options.binary_output)
         extras = frozenset(spec_name for _, _, spec_name, _ in outputs if spec_name in EXTRAS)
@@ -127,12 +128,13 @@ class InferService:
 
 def _version(req: InferRequest, name: str, version: str | None) -> str | None:
     if req.model_name is not msgspec.UNSET and req.model_name != name:
-        raise BadRequest(f"model_name {req.model_name!r} in the body differs from {name!r} in the URL",
+        raise BadRequest(f"model_name {quoted(req.model_name)} in the body differs from {quoted(name)} in the URL",
                          field="model_name", expected=name, received=req.model_name)
     if req.model_version is msgspec.UNSET or req.model_version == "":
         return version
     if version is not None and req.model_version != version:
-        raise BadRequest(f"model_version {req.model_version!r} in the body differs from {version!r} in the URL",
+        raise BadRequest(f"model_version {quoted(req.model_version)} in the body differs from {quoted(version)} "
+                         "in the URL",
                          field="model_version", expected=version, received=req.model_version)
     return req.model_version
 
@@ -140,10 +142,8 @@ def _version(req: InferRequest, name: str, version: str | None) -> str | None:
 def _target(entry: ModelEntry, version: str | None, options: Options) -> Policy:
     """The version whose tensors the request must match: a live sequence's own version
     (ActService checks it against a pinned one), else the pinned or current one."""
-    session_id = options.session_id
-    if session_id is not None and (not options.start or entry.is_live(session_id)):
-        return entry.find_session(session_id)[0]
-    return entry.policy(version)
+    bound = entry.sessions.target_version(options.session_id, options.start)
+    return entry.policy(version if bound is None else bound)
 
 
 class InputData(Protocol):
@@ -152,8 +152,8 @@ class InputData(Protocol):
     def restart(self) -> InputData:
         """Ready to read from the first input (a request may be accepted twice)."""
 
-    def read(self, inp: InferRequestInput) -> np.ndarray:
-        """The next input's tensor, shaped as sent."""
+    def read(self, inp: InferRequestInput, expect: Expect) -> np.ndarray:
+        """The next input's tensor, shaped as sent (its declared shape held to ``expect``)."""
 
     def finish(self) -> None:
         """Raise if binary data is left over."""
@@ -169,8 +169,8 @@ class AfterHeader:
         self.offset = 0
         return self
 
-    def read(self, inp: InferRequestInput) -> np.ndarray:
-        arr, self.offset = read_input(inp, self.binary, self.offset)
+    def read(self, inp: InferRequestInput, expect: Expect) -> np.ndarray:
+        arr, self.offset = read_input(inp, self.binary, self.offset, expect)
         return arr
 
     def finish(self) -> None:
@@ -181,8 +181,10 @@ class AfterHeader:
                              received=len(self.binary))
 
 
-def _read_inputs(req: InferRequest, data: InputData, layout: Layout) -> tuple[dict[str, np.ndarray], int]:
-    """Every input as an array (B, *row shape), checked against the layout's tensors."""
+def _read_inputs(req: InferRequest, data: InputData, layout: Layout,
+                 max_rows: int) -> tuple[dict[str, np.ndarray], int]:
+    """Every input as an array (B, *row shape), checked against the layout's tensors (the
+    declared shapes before anything is read: ``read_input``)."""
     tensors: dict[str, np.ndarray] = {}
     batch: int | None = None
     for inp in req.inputs:
@@ -194,13 +196,10 @@ def _read_inputs(req: InferRequest, data: InputData, layout: Layout) -> tuple[di
             raise BadRequest(f"input '{inp.name}' is given twice", field=inp.name, expected="each input once",
                              received=inp.name)
         spec = known[2]
-        arr = data.read(inp)
-        if arr.ndim and not spec.shape and arr.shape[1:] == (1,):
+        rows = (spec.shape, (1,)) if not spec.shape else (spec.shape,)  # a scalar per row: [B] or [B, 1]
+        arr = data.read(inp, Expect(max_rows, rows, batch=-1))
+        if not spec.shape and arr.shape[1:] == (1,):
             arr = arr.reshape(arr.shape[0])  # [B, 1] for a scalar per row
-        if arr.ndim == 0 or arr.shape[1:] != spec.shape:
-            raise BadRequest(f"input '{inp.name}': shape {inp.shape} does not match {[-1, *spec.shape]} "
-                             "(the first dimension is the batch)", field=inp.name,
-                             expected=[-1, *spec.shape], received=inp.shape)
         if batch is None:
             batch = arr.shape[0]
         elif arr.shape[0] != batch:
@@ -213,10 +212,7 @@ def _read_inputs(req: InferRequest, data: InputData, layout: Layout) -> tuple[di
     if missing:
         raise BadRequest(f"missing input(s) {missing}: the observation is required",
                          field=missing[0], expected=[s.name for s in layout.obs], received=sorted(tensors))
-    assert batch is not None  # the observation is there
-    if batch == 0:
-        raise BadRequest(f"input '{layout.obs[0].name}' has no rows", field=layout.obs[0].name,
-                         expected="a batch of at least one row", received=0)
+    assert batch is not None and batch >= 1  # the observation is there, with rows (``sizes``)
     return tensors, batch
 
 

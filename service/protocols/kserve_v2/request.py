@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from rlserve.service.act.wire import MAX_SEED
-from rlserve.service.errors import BadRequest
+from rlserve.service.act.wire import MAX_SEED, unknown_field
+from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
+from rlserve.service.step.received import non_finite_token
 
 MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
 _EMPTY = memoryview(b"")
@@ -66,6 +67,11 @@ def decode_request(header: bytes) -> InferRequest:
     except msgspec.ValidationError as exc:
         raise decode_failure(exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        token = non_finite_token(str(exc), header) if isinstance(exc, msgspec.DecodeError) else None
+        if token is not None:
+            raise BadRequest(f"the inference request is not valid JSON: {token} ({exc}); values must be finite "
+                             "JSON numbers (JSON has no NaN or Infinity)", expected="finite JSON numbers",
+                             received=token) from None
         raise BadRequest(f"the inference request is not valid JSON: {exc}",
                          expected="a UTF-8 JSON object (binary data only after Inference-Header-Content-Length)",
                          received=f"{len(header)} bytes that do not parse") from None
@@ -76,6 +82,11 @@ def decode_failure(exc: msgspec.ValidationError) -> BadRequest:
     text = str(exc)
     where = text.rsplit(" - at `$", 1)
     field = where[1].rstrip("`").lstrip(".") if len(where) == 2 else None
+    name = unknown_field(text)
+    if name is not None:  # the message quotes the name whole: say it as the received value
+        inside = f" in {field}" if field else ""
+        return BadRequest(f"invalid inference request: unknown field {quoted(name)}{inside}", field=field,
+                          expected="the Open Inference Protocol's $inference_request", received=name)
     return BadRequest(f"invalid inference request: {text}", field=field,
                       expected="the Open Inference Protocol's $inference_request", received=where[0])
 
@@ -94,7 +105,7 @@ def parse_parameters(parameters: dict[str, Parameter]) -> Options:
         return options
     unknown = sorted(set(parameters) - set(KNOWN_PARAMETERS))
     if unknown:
-        raise BadRequest(f"unknown request parameter(s) {unknown}", field=f"parameters.{unknown[0]}",
+        raise BadRequest(f"unknown request parameter(s) {quoted(unknown)}", field=f"parameters.{unknown[0]}",
                          expected=list(KNOWN_PARAMETERS), received=unknown)
     if "explore" in parameters:
         options.explore = _flag(parameters, "explore")

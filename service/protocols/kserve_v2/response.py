@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.use_case import Accepted, ActService
-from rlserve.service.errors import BadRequest, ServiceError
+from rlserve.service.errors import BadRequest, ServiceError, quoted
 from rlserve.service.protocols.kserve_v2.layout import Layout
 from rlserve.service.protocols.kserve_v2.tensors import write_output
 from rlserve.service.protocols.kserve_v2.wire import (
@@ -80,7 +80,7 @@ def plan_outputs(req: InferRequest, layout: Layout, binary_default: bool) -> lis
                 binary = value
             else:
                 hint = " (the classification extension is not supported)" if key == "classification" else ""
-                raise BadRequest(f"output '{out.name}': unknown parameter {key!r}{hint}",
+                raise BadRequest(f"output '{out.name}': unknown parameter {quoted(key)}{hint}",
                                  field=f"outputs.{out.name}.parameters.{key}", expected=["binary_data"], received=key)
         plan.append(planned(out.name, binary))
     return plan

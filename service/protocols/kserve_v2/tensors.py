@@ -15,12 +15,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from rlserve.service.errors import BadRequest
+from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import (
     InferRequestInput,
     InferResponseOutput,
     Parameters,
 )
+from rlserve.service.step.received import describe, first_non_number
+from rlserve.service.step.sizes import Expect, Fields, check_shape
 
 # The protocol's datatypes as (little-endian) numpy dtypes. BYTES (length-prefixed
 # strings) has no numeric meaning for a policy and is refused where it is received.
@@ -46,34 +48,30 @@ def _describe(inp: InferRequestInput) -> str:
     return f"input '{inp.name}'"
 
 
-def read_input(inp: InferRequestInput, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+def read_input(inp: InferRequestInput, binary: memoryview, offset: int, expect: Expect) -> tuple[np.ndarray, int]:
     """The tensor of ``inp`` shaped as sent, and the offset after its binary data (if any).
 
-    Binary data is a read-only view of ``binary``; inline data a new array. Shape, size,
-    datatype and the binary framing are checked here, values against the space later."""
+    Binary data is a read-only view of ``binary``; inline data a new array. The datatype,
+    and the declared shape against ``expect`` (the model's row, the row limit) and the
+    bytes or data that came (``sizes``), are checked before anything is read; the
+    values against the space later."""
     where = _describe(inp)
     dtype = DATATYPES.get(inp.datatype)
     if dtype is None:
         if inp.datatype == "BYTES":
             raise BadRequest(f"{where}: BYTES tensors are not supported; send numbers (FP32, INT64, UINT8, ...)",
                              field=f"{inp.name}.datatype", expected=sorted(DATATYPES), received="BYTES")
-        raise BadRequest(f"{where}: unknown datatype {inp.datatype!r}", field=f"{inp.name}.datatype",
+        raise BadRequest(f"{where}: unknown datatype {quoted(inp.datatype)}", field=f"{inp.name}.datatype",
                          expected=sorted(DATATYPES), received=inp.datatype)
-    count = math.prod(inp.shape)
     size = inp.parameters.get("binary_data_size") if inp.parameters else None
     if size is None:
-        return _inline(inp, dtype, count), offset
+        return _inline(inp, dtype, expect), offset
     if type(size) is not int or size < 0:
         raise BadRequest(f"{where}: binary_data_size must be a non-negative integer",
                          field=f"{inp.name}.parameters.binary_data_size", expected="an integer >= 0", received=size)
     if inp.data is not msgspec.UNSET:
         raise BadRequest(f"{where}: has both 'data' and binary_data_size; send one", field=f"{inp.name}.data",
                          expected="either inline data or binary data", received="both")
-    expected = count * dtype.itemsize
-    if size != expected:
-        raise BadRequest(
-            f"{where}: binary_data_size is {size} bytes, but shape {inp.shape} of {inp.datatype} needs {expected}",
-            field=f"{inp.name}.parameters.binary_data_size", expected=expected, received=size)
     end = offset + size
     if end > len(binary):
         raise BadRequest(
@@ -81,10 +79,14 @@ def read_input(inp: InferRequestInput, binary: memoryview, offset: int) -> tuple
             "bytes follow it (check Inference-Header-Content-Length)",
             field=f"{inp.name}.parameters.binary_data_size", expected=f"{end} bytes of binary data",
             received=f"{len(binary)} bytes")
+    fields = Fields(f"{inp.name}.shape", f"{inp.name}.parameters.binary_data_size", where)
+    count = check_shape(inp.shape, expect, fields, itemsize=dtype.itemsize, nbytes=size, error=BadRequest)
     return np.frombuffer(binary, dtype=dtype, count=count, offset=offset).reshape(inp.shape), end
 
 
-def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
+def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarray:
+    """Inline ``data`` (held by the body: its size is the body's), then its declared shape
+    against ``expect`` and the values that came, before it is reshaped."""
     where = _describe(inp)
     data = inp.data
     if data is msgspec.UNSET:
@@ -98,13 +100,12 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
     except (ValueError, TypeError):
         arr = None
     if arr is None or arr.dtype.kind not in _INLINE_KIND[dtype.kind]:
-        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "numbers"
-        got = "ragged arrays" if arr is None or arr.dtype == object else f"elements of dtype {arr.dtype.name}"
-        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; got {got}",
+        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "finite numbers"
+        got = _first_misfit(data, dtype)
+        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; {got}",
                          field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
-    if arr.size != count:
-        raise BadRequest(f"{where}: 'data' has {arr.size} elements, but shape {inp.shape} needs {count}",
-                         field=f"{inp.name}.data", expected=count, received=arr.size)
+    check_shape(inp.shape, expect, Fields(f"{inp.name}.shape", f"{inp.name}.data", where),
+                elements=arr.size, error=BadRequest)
     if dtype.kind in "iu" and arr.size:
         info = np.iinfo(dtype)
         low, high = arr.min(), arr.max()
@@ -114,6 +115,24 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, count: int) -> np.ndarray:
                              received=(low if low < info.min else high).item())
     with np.errstate(over="ignore"):  # a float beyond FP32 becomes inf; the leaf check refuses it
         return arr.astype(dtype, copy=False).reshape(inp.shape)
+
+
+def _first_misfit(data: list[Any], dtype: np.dtype) -> str:
+    """The first element of ``data`` a ``dtype`` tensor cannot hold, in JSON's words."""
+    misfit = first_non_number(data)
+    if misfit is None and dtype.kind in "iub":  # numbers, but fractions or not booleans
+        allowed = (bool,) if dtype.kind == "b" else (bool, int)
+        stack: list[tuple[list[int], Any]] = [([], data)]
+        while stack and misfit is None:
+            path, value = stack.pop()
+            if isinstance(value, list):
+                stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
+            elif not isinstance(value, allowed):
+                misfit = (path, value)
+    if misfit is None:
+        return "the nested lists' lengths differ"
+    path, value = misfit
+    return f"element {path[0] if len(path) == 1 else path} is {describe(value)}"
 
 
 def wire_array(arr: np.ndarray, datatype: str) -> np.ndarray:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlserve.service.serving.runtime.base import Runtime
+from rlserve.service.serving.runtime.device import DeviceRequest, DeviceUnavailable
 
-__all__ = ["Runtime", "open_runtime", "choose_kind"]
+__all__ = ["DeviceRequest", "DeviceUnavailable", "Runtime", "open_runtime", "choose_kind"]
 
 
 def choose_kind(available: list[str], preference: str) -> str:
@@ -22,17 +23,20 @@ def choose_kind(available: list[str], preference: str) -> str:
 
 
 def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names: list[str],
-                 intra_op_threads: int, use_gpu: bool, policy_path: Path | None = None,
-                 intra_op_spinning: bool = False) -> Runtime:
-    """``policy_path``: the same graph without the value head, where the bundle has one."""
+                 intra_op_threads: int, device: DeviceRequest | str = "auto", tensorrt: bool = False,
+                 policy_path: Path | None = None, intra_op_spinning: bool = False) -> Runtime:
+    """``policy_path``: the same graph without the value head, where the bundle has one.
+    ``device``: ``RLSERVE_DEVICE`` (see ``device.py``); ``tensorrt``: ONNX Runtime's
+    TensorRT provider first, where the installed build has it. Raises ``DeviceUnavailable``
+    when CUDA was required and cannot be used."""
     if kind == "onnx":
         from rlserve.service.serving.runtime.onnx import OnnxRuntime
 
-        return OnnxRuntime(path, intra_op_threads=intra_op_threads, use_gpu=use_gpu, policy_path=policy_path,
-                           intra_op_spinning=intra_op_spinning)
+        return OnnxRuntime(path, intra_op_threads=intra_op_threads, device=device, tensorrt=tensorrt,
+                           policy_path=policy_path, intra_op_spinning=intra_op_spinning)
     if kind == "torchscript":
         from rlserve.service.serving.runtime.torchscript import TorchScriptRuntime
 
         return TorchScriptRuntime(path, input_names=input_names, output_names=output_names,
-                                  intra_op_threads=intra_op_threads, use_gpu=use_gpu)
+                                  intra_op_threads=intra_op_threads, device=device)
     raise ValueError(f"unknown runtime {kind!r}; expected 'onnx' or 'torchscript'")

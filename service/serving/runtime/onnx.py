@@ -1,11 +1,24 @@
-"""ONNX Runtime backend: CUDA when the installed build offers it, else CPU."""
+"""ONNX Runtime backend: the device ``RLSERVE_DEVICE`` asks for (``device.py``), CUDA
+through I/O binding (``onnx_binding.py``), the CPU provider with plain ``session.run``."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from rlserve.service.serving.runtime.device import (
+    CUDA_EP,
+    DeviceRequest,
+    Placement,
+    cuda_device_count,
+    onnx_placement,
+    settle,
+)
+from rlserve.service.serving.runtime.onnx_binding import BoundRunner, Runner, plain_runner, preload_cuda_libraries
+from rlserve.service.serving.runtime.staging import HostStaging, pinned_staging
 
 log = logging.getLogger("rlserve.runtime")
 
@@ -21,51 +34,80 @@ _ORT_TYPES = {
 }
 
 
+def _session_options(ort: Any, intra_op_threads: int, intra_op_spinning: bool) -> Any:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = 1
+    # With more than one intra-op thread, ONNX Runtime's pool threads spin-wait for work
+    # unless told not to: on a server they would take the cores the event loop needs.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if intra_op_spinning else "0")
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return options
+
+
+def place(ort: Any, request: DeviceRequest, tensorrt: bool) -> Placement:
+    """Where ``request`` puts a session with this onnxruntime build on this machine."""
+    available = ort.get_available_providers()
+    wants_cuda = request.kind != "cpu" and CUDA_EP in available
+    devices, why = cuda_device_count() if wants_cuda else (0, "")
+    return onnx_placement(request, available, devices, why, tensorrt=tensorrt)
+
+
 class OnnxRuntime:
     kind = "onnx"
 
-    def __init__(self, path: Path, *, intra_op_threads: int = 1, use_gpu: bool = True,
-                 policy_path: Path | None = None, intra_op_spinning: bool = False):
+    def __init__(self, path: Path, *, intra_op_threads: int = 1, device: DeviceRequest | str = "auto",
+                 tensorrt: bool = False, policy_path: Path | None = None, intra_op_spinning: bool = False):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        # With more than one intra-op thread, ONNX Runtime's pool threads spin-wait for work
-        # unless told not to: on a server they would take the cores the event loop needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if intra_op_spinning else "0")
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        available = ort.get_available_providers()
-        providers = ["CPUExecutionProvider"]
-        if use_gpu and "CUDAExecutionProvider" in available:
-            providers.insert(0, "CUDAExecutionProvider")
-        self._session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        request = device if isinstance(device, DeviceRequest) else DeviceRequest.parse(device)
+        options = _session_options(ort, intra_op_threads, intra_op_spinning)
+        placement = place(ort, request, tensorrt)
+        if placement.cuda:
+            preload_cuda_libraries(ort)
+        self._session = ort.InferenceSession(str(path), sess_options=options, providers=placement.providers)
+        placement = settle(request, placement, self._session.get_providers())
         # The same graph without the value head (bundles exported since it exists): what a
         # batch that nobody asked the value of runs. ONNX Runtime would run every node of
         # the full graph whatever outputs were requested.
         self._policy_session = (None if policy_path is None else
-                                ort.InferenceSession(str(policy_path), sess_options=options, providers=providers))
+                                ort.InferenceSession(str(policy_path), sess_options=options,
+                                                     providers=placement.providers))
         self._policy_outputs = ([] if self._policy_session is None else
                                 [o.name for o in self._policy_session.get_outputs()])
         self.providers = self._session.get_providers()
-        self.device = "cuda:0" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
+        self.device = placement.device
+        self.device_setting = str(request)
         self.input_dtypes = {i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()}
         self.output_names = [o.name for o in self._session.get_outputs()]
-        self._run_options = ort.RunOptions()
-        log.info("onnx runtime %s on %s (providers %s)", path.name, self.device, self.providers)
+        run_options = ort.RunOptions()
+        self.staging: HostStaging | None = pinned_staging() if placement.cuda else None
+        self._run_full = self._runner(self._session, self.output_names, run_options)
+        self._run_policy = (None if self._policy_session is None else
+                            self._runner(self._policy_session, self._policy_outputs, run_options))
+        staged = "" if self.staging is None else f"; inputs staged in {self.staging.kind} memory"
+        notes = "".join(f"; {note}" for note in placement.notes)
+        log.info("onnx runtime %s on %s (providers %s%s%s)", path.name, self.device, self.providers, staged, notes)
+
+    def _runner(self, session: Any, output_names: list[str], run_options: Any) -> Runner:
+        if self.staging is None:
+            return plain_runner(session, output_names, run_options)
+        return BoundRunner(session, output_names, self.input_dtypes, self.staging, run_options)
 
     def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
         feed = {name: inputs[name] for name in self.input_dtypes}
-        if not value and self._policy_session is not None:
-            outputs = self._policy_session.run(self._policy_outputs, feed, self._run_options)
-            return dict(zip(self._policy_outputs, outputs, strict=True))
-        outputs = self._session.run(self.output_names, feed, self._run_options)
-        return dict(zip(self.output_names, outputs, strict=True))
+        if not value and self._run_policy is not None:
+            return dict(zip(self._policy_outputs, self._run_policy(feed), strict=True))
+        return dict(zip(self.output_names, self._run_full(feed), strict=True))
 
     def run_policy(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.run(inputs, value=False)
 
     def describe(self) -> dict[str, object]:
-        return {"kind": self.kind, "device": self.device, "providers": list(self.providers),
-                "policy_graph": self._policy_session is not None}
+        described: dict[str, object] = {"kind": self.kind, "device": self.device, "providers": list(self.providers),
+                                        "policy_graph": self._policy_session is not None,
+                                        "device_setting": self.device_setting}
+        if self.staging is not None:
+            described["input_staging"] = self.staging.kind
+        return described

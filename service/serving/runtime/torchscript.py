@@ -1,12 +1,22 @@
-"""TorchScript backend. torch is imported here, lazily, so ONNX-only serving never needs it."""
+"""TorchScript backend. torch is imported here, lazily, so ONNX-only serving never needs it.
+
+On CUDA each batch's inputs are staged in pinned host blocks reused across batches
+(``staging.py``), copied to the device without blocking, the module runs, its outputs are
+copied back into pinned blocks without blocking, and the stream is synchronised once.
+"""
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from rlserve.service.serving.runtime.device import DeviceRequest, Placement, torch_placement
+from rlserve.service.serving.runtime.staging import HostStaging
 
 log = logging.getLogger("rlserve.runtime")
 # Inputs may be read-only views of a request body (binary tensor data); the module only
@@ -14,40 +24,127 @@ log = logging.getLogger("rlserve.runtime")
 warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
 
 
+def _placement(torch: Any, request: DeviceRequest) -> Placement:
+    built_with_cuda = torch.version.cuda is not None
+    devices = torch.cuda.device_count() if built_with_cuda and request.kind != "cpu" else 0
+    return torch_placement(request, built_with_cuda, devices)
+
+
+def _exact_float32(torch: Any) -> None:
+    """No TF32 on Ampere and newer: torch leaves it off for matmuls but on for cuDNN
+    convolutions, whose 10-bit mantissa is far outside the export tolerance (docs/export.md).
+    Process-wide, as torch's switches are."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _nodes(block: Any) -> Iterator[Any]:
+    for node in block.nodes():
+        yield node
+        for inner in node.blocks():
+            yield from _nodes(inner)
+
+
+def retarget_devices(module: Any, device: str) -> int:
+    """Point the CPU device literals of a traced module's graphs at ``device``; how many.
+
+    ``torch.jit.trace`` records ``torch.arange(n, device=x.device)`` with the device the
+    trace ran on (the CPU) as a constant, so a module loaded onto CUDA would still make
+    those tensors on the CPU and fail on the first op that mixes them with its inputs (the
+    GTrXL's relative positions, a one-hot of previous discrete actions). ``map_location``
+    moves weights and tensor constants, not these. Runs before the first call, while the
+    graphs are not yet compiled."""
+    count = 0
+    for submodule in module.modules():
+        try:
+            graph = submodule._c._get_method("forward").graph
+        except RuntimeError:  # a submodule without a forward of its own
+            continue
+        for node in _nodes(graph):
+            if (node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"
+                    and node.s("value") == "cpu"):
+                node.s_("value", device)
+                count += 1
+    return count
+
+
+def _torch_pinned(torch: Any):
+    def allocate(nbytes: int) -> np.ndarray:
+        # The array's base is the tensor, which keeps the pinned memory alive.
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
+
+    return allocate
+
+
 class TorchScriptRuntime:
     kind = "torchscript"
 
     def __init__(self, path: Path, *, input_names: list[str], output_names: list[str],
-                 intra_op_threads: int = 1, use_gpu: bool = True):
+                 intra_op_threads: int = 1, device: DeviceRequest | str = "auto"):
         import torch
 
         if intra_op_threads > 0:
             torch.set_num_threads(intra_op_threads)
         self._torch = torch
-        self._device = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
-        self.device = str(self._device)
+        request = device if isinstance(device, DeviceRequest) else DeviceRequest.parse(device)
+        placement = _placement(torch, request)
+        self._device = torch.device(placement.device)
+        self.device = placement.device
+        self.device_setting = str(request)
+        self._cuda = placement.cuda
+        if self._cuda:
+            _exact_float32(torch)
         with warnings.catch_warnings():  # torch 2.13 deprecates jit.load; the bundle format uses it
             warnings.simplefilter("ignore", DeprecationWarning)
             self._module = torch.jit.load(str(path), map_location=self._device).eval()
+        retargeted = retarget_devices(self._module, self.device) if self._cuda else 0
         self._input_names = list(input_names)
         self.output_names = list(output_names)
         # The exported contract feeds float32 everywhere except a pass-through obs dtype,
         # which the caller already produces; keep what it hands us for obs.
         self.input_dtypes = {name: np.dtype(np.float32) for name in self._input_names}
-        log.info("torchscript runtime %s on %s", path.name, self.device)
+        self._inputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
+        self._outputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
+        notes = "".join(f"; {note}" for note in placement.notes)
+        if retargeted:
+            notes += f"; {retargeted} traced CPU device literals moved to {self.device}"
+        log.info("torchscript runtime %s on %s%s", path.name, self.device, notes)
 
     def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
         """Every output (the module has one graph; ``value=False`` changes nothing)."""
+        if self._cuda:
+            return self._run_cuda(inputs)
         torch = self._torch
-        args = [torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self._device) for name in self._input_names]
+        args = [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in self._input_names]
         with torch.inference_mode():
             outputs = self._module(*args)
         if isinstance(outputs, torch.Tensor):
             outputs = (outputs,)
-        return {name: out.detach().cpu().numpy() for name, out in zip(self.output_names, outputs, strict=True)}
+        return {name: out.detach().numpy() for name, out in zip(self.output_names, outputs, strict=True)}
+
+    def _run_cuda(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = self._torch
+        assert self._inputs is not None and self._outputs is not None
+        with torch.inference_mode():
+            args = [torch.from_numpy(self._inputs.stage(name, inputs[name])).to(self._device, non_blocking=True)
+                    for name in self._input_names]
+            outputs = self._module(*args)
+            if isinstance(outputs, torch.Tensor):
+                outputs = (outputs,)
+            host = []
+            for name, out in zip(self.output_names, outputs, strict=True):
+                view = self._outputs.view(name, tuple(out.shape), np.dtype(str(out.dtype).removeprefix("torch.")))
+                torch.from_numpy(view).copy_(out, non_blocking=True)
+                host.append(view)
+            torch.cuda.current_stream(self._device).synchronize()  # the one wait of the batch
+        # Copies: the pinned blocks are the next batch's.
+        return {name: view.copy() for name, view in zip(self.output_names, host, strict=True)}
 
     def run_policy(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.run(inputs, value=False)
 
     def describe(self) -> dict[str, object]:
-        return {"kind": self.kind, "device": self.device}
+        described: dict[str, object] = {"kind": self.kind, "device": self.device, "device_setting": self.device_setting}
+        if self._inputs is not None:
+            described["input_staging"] = self._inputs.kind
+        return described

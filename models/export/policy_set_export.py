@@ -1,0 +1,85 @@
+"""A policy set from a multi-policy RLlib checkpoint or from bundles (needs torch for the first).
+
+    export_policy_set("path/to/checkpoint", "out/team", mapping, name="team")
+    policy_set_from_bundles({"p0": Path("a"), "p1": Path("b.rlsb")}, "out/team", mapping, name="team")
+
+Each policy of the checkpoint (``policies/<policy_id>/``) is exported exactly as
+``rlserve export CHECKPOINT --policy-id ID`` would (spaces, model config, filter, action
+settings from its own policy state; every runtime verified against eager torch) into
+``policies/<policy_id>/``, named ``<name>.<policy_id>``; then the set's manifest is written
+(``rlserve.models.multiagent.policy_set``). Any other source of policies (a new-API-stack
+MultiRLModule, one module each) takes the same two steps: export each, then
+``write_policy_set``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from rlserve.models.checkpoint import CheckpointError
+from rlserve.models.checkpoint.files import policy_ids
+from rlserve.models.multiagent.mapping import AgentMapping
+from rlserve.models.multiagent.policy_set import (
+    MEMBERS_DIR,
+    PolicySet,
+    add_member,
+    check_policy_id,
+    member_name,
+    write_policy_set,
+)
+
+__all__ = ["export_policy_set", "policy_set_from_bundles"]
+
+
+def export_policy_set(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    mapping: AgentMapping,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    only: Sequence[str] | None = None,
+    formats: Sequence[str] = ("onnx", "torchscript"),
+    progress: Callable[[str], None] | None = None,
+) -> PolicySet:
+    """Export every policy of the checkpoint (or those in ``only``) and write the set."""
+    from rlserve.models.export.from_checkpoint import export_checkpoint
+
+    checkpoint, out = Path(checkpoint), Path(out_dir)
+    available = policy_ids(checkpoint)
+    if not available:
+        raise CheckpointError(f"{checkpoint}: no policies/<policy_id>/ here: not a multi-policy algorithm checkpoint")
+    chosen = list(only) if only else available
+    missing = sorted(set(chosen) - set(available))
+    if missing:
+        raise CheckpointError(f"{checkpoint}: no policies {missing} under policies/; available: {available}")
+    set_name = name or out.name
+    mapping.check_policies(chosen)
+    members = {}
+    for policy_id in chosen:
+        check_policy_id(policy_id)
+        relative = f"{MEMBERS_DIR}/{policy_id}"
+        if progress is not None:
+            progress(f"exporting policy {policy_id!r}")
+        export_checkpoint(checkpoint, out / relative, policy_id=policy_id, formats=formats,
+                          name=member_name(set_name, policy_id), version=version, progress=progress)
+        members[policy_id] = relative
+    return write_policy_set(out, name=set_name, version=version, mapping=mapping, members=members,
+                            source={"kind": "rllib_checkpoint", "path": checkpoint.name, "policies": available})
+
+
+def policy_set_from_bundles(bundles: Mapping[str, Path], out_dir: str | Path, mapping: AgentMapping, *,
+                            name: str | None = None, version: str | None = None) -> PolicySet:
+    """A set of bundles the user lists (policy id -> bundle directory or archive), copied in."""
+    out = Path(out_dir)
+    mapping.check_policies(bundles)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        members = {policy_id: add_member(out, policy_id, Path(path)) for policy_id, path in bundles.items()}
+        return write_policy_set(out, name=name or out.name, version=version, mapping=mapping, members=members,
+                                source={"kind": "bundles"})
+    except BaseException:
+        shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)
+        raise

@@ -1,0 +1,130 @@
+"""A policy set's episodes from the routes: create, inspect, export, import, end (framework-free).
+
+An episode moves as one body (``rlserve.service.sessions.episode_record``): its seats and
+every agent's session record as that agent's policy exports it. Importing it under an id
+re-creates each agent's session under the new episode's session ids, in the version of its
+policy the record is bound to, then the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlserve.service.errors import InvalidInput, ServiceError, SessionConflict
+from rlserve.service.multiagent.episode_plan import end_agent_session
+from rlserve.service.serving.policy_sets import ServedPolicySet
+from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.sessions.episode_record import decode_episode, encode_episode
+from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
+from rlserve.service.sessions.record import RecordError, record_version
+
+EXPORTED = "the bytes of GET /v1/models/{name}/episodes/{id} with Accept: application/octet-stream"
+
+
+class EpisodeService:
+    def __init__(self, registry: ModelRegistry):
+        self.registry = registry
+
+    async def open(self, name: str, episode_id: str | None, seed: int | None) -> dict[str, Any]:
+        served = self.registry.policy_set(name)
+        episode = await served.episodes.open(episode_id, seed)
+        return await self._info(served, episode)
+
+    async def describe(self, name: str, episode_id: str) -> dict[str, Any]:
+        served = self.registry.policy_set(name)
+        return await self._info(served, await served.episodes.lookup(validate_episode_id(episode_id)))
+
+    async def export(self, name: str, episode_id: str) -> bytes:
+        served = self.registry.policy_set(name)
+        episode = await served.episodes.lookup(validate_episode_id(episode_id))
+        records = {}
+        for agent_id, seat in episode.seats.items():
+            entry = self.registry.entry(served.member(seat.policy))
+            session = await entry.sessions.lookup(seat.session_id)
+            records[agent_id] = await entry.policy_of(session).sessions.export_session(session)
+        return encode_episode(episode, records)
+
+    async def end(self, name: str, episode_id: str) -> dict[str, Any]:
+        served = self.registry.policy_set(name)
+        episode = await served.episodes.lookup(validate_episode_id(episode_id))
+        info = await self._info(served, episode)
+        for seat in episode.seats.values():
+            entry = self.registry.entry(served.member(seat.policy))
+            try:
+                session = await entry.sessions.lookup(seat.session_id)
+            except ServiceError:  # the agent's state is gone already (expired)
+                continue
+            await entry.policy_of(session).sessions.end_session(session)
+        episode.seats.clear()
+        await _wait(served.episodes.finish(episode))
+        return info
+
+    async def import_(self, name: str, episode_id: str, data: bytes) -> dict[str, Any]:
+        served = self.registry.policy_set(name)
+        episode_id = validate_episode_id(episode_id)
+        try:
+            record = decode_episode(data)
+        except RecordError as exc:
+            raise InvalidInput(f"body: {exc}", field="body", expected=EXPORTED, received=f"{len(data)} bytes") from None
+        unknown = sorted({seat.policy for seat in record.seats.values()} - set(served.members))
+        if unknown or set(record.records) != set(record.seats):
+            raise InvalidInput(f"body: the episode's agents are on policies {unknown or 'without records'} this set "
+                               f"does not serve (its policies: {sorted(served.members)})", field="body",
+                               expected=EXPORTED, received=f"{len(data)} bytes")
+        old = served.episodes.live(episode_id)
+        if old is not None and old.inflight:
+            raise SessionConflict(f"episode {episode_id!r} has a request in flight; retry when it is answered",
+                                  field="episode_id", received=episode_id)
+        seats = {agent: Seat(seat.policy, agent_session_id(episode_id, agent)) for agent, seat in record.seats.items()}
+        for agent, seat in seats.items():
+            await self._import_agent(served, agent, seat, record.records[agent])
+        if old is not None:
+            for agent, seat in old.seats.items():
+                if agent not in seats:
+                    end_agent_session(self.registry, served, seat)
+        now = served.episodes.clock()
+        episode = Episode(episode_id, record.seed, now, now, seats=seats, joins=dict(record.joins),
+                          steps=record.steps, dirty=True)
+        served.episodes.hold(episode)
+        await _wait(served.episodes.save(episode))
+        return await self._info(served, episode)
+
+    async def _import_agent(self, served: ServedPolicySet, agent: str, seat: Seat, data: bytes) -> None:
+        entry = self.registry.entry(served.member(seat.policy))
+        field = f"body.records.{agent}"
+        try:
+            policy = entry.policy(record_version(data))
+            session_record = policy.sessions.layout.decode(data)
+        except (RecordError, ServiceError) as exc:
+            raise InvalidInput(f"{field}: {getattr(exc, 'message', exc)}", field=field,
+                               expected=f"a session record of a loaded version of {entry.name!r}",
+                               received=f"{len(data)} bytes") from None
+        for other in entry.versions.values():  # one id, one version
+            held = other.sessions.live(seat.session_id)
+            if other is not policy and held is not None:
+                other.sessions.forget(held)
+        await policy.sessions.import_session(seat.session_id, session_record)
+
+    async def _info(self, served: ServedPolicySet, episode: Episode) -> dict[str, Any]:
+        agents = {}
+        for agent_id, seat in episode.seats.items():
+            model = served.member(seat.policy)
+            entry = self.registry.entries.get(model)
+            steps = version = None
+            if entry is not None:
+                try:
+                    session = await entry.sessions.lookup(seat.session_id)
+                    steps, version = session.steps, session.version
+                except ServiceError:
+                    pass  # its state expired: shown without steps
+            agents[agent_id] = {"policy": seat.policy, "model": model, "version": version,
+                                "session_id": seat.session_id, "steps": steps}
+        store = served.episodes
+        return {"episode_id": episode.id, "model": served.name, "version": served.version, "seed": episode.seed,
+                "steps": episode.steps, "idle_s": max(0.0, store.clock() - episode.last_used),
+                "idle_ttl_s": store.idle_ttl_s, "agents": agents}
+
+
+async def _wait(pending: Any) -> None:
+    if pending is not None:
+        await pending

@@ -1,0 +1,104 @@
+"""A policy set's act request and answer on the wire (msgspec structs, also their OpenAPI schemas).
+
+One request carries the step of the agents that act now (a turn-based game sends a few at a
+time), each with its observation, optional action mask, the reward since its last action,
+the action the environment took instead of the served one, and its ``done`` flag::
+
+    {"episode_id": "match-7", "episode_start": true, "seed": 3,
+     "agents": {"red_1": {"observation": [...]}, "blue_1": {"observation": [...], "action_mask": [1, 0, 1]}}}
+
+The answer has per agent the action, its logp, the extras asked for in ``outputs`` and the
+policy that answered; an agent sent with ``done: true`` answers ``{"policy": ..., "done": true}``
+and its state ends.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from rlserve.service.act.wire import Extra, Seed, _dec_hook, refusal
+from rlserve.service.errors import InvalidJSON
+
+
+class AgentStep(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One agent's step: what it observes now, and what happened since its last action."""
+
+    observation: Any = msgspec.UNSET  # required unless ``done``
+    action_mask: Any = None
+    # The reward received after this agent's previous action (the model's prev_reward).
+    reward: float | None = None
+    # The action the environment took at this agent's previous step, when not the served one.
+    prev_action: Any = msgspec.UNSET
+    # The agent finished (terminated or truncated): no action; its state in the episode ends.
+    done: bool = False
+
+
+class AgentsActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """The step of several agents of one environment, each mapped to its policy."""
+
+    agents: Annotated[dict[str, AgentStep], msgspec.Meta(min_length=1)]  # at least one agent acts
+    # The multi-agent episode (a session of per-agent sessions); none: every agent acts statelessly.
+    episode_id: str | None = None
+    # True on the first step of an episode: (re)starts it, creating it if unknown.
+    episode_start: bool = False
+    # True on the last step: every agent's state ends once this step is answered.
+    episode_end: bool = False
+    # Seeds the episode's samplers on its start (each agent's is derived from it), so it replays.
+    seed: Seed | None = None
+    explore: bool | None = None
+    clip_actions: bool | None = None
+    unsquash_actions: bool | None = None
+    outputs: list[Extra] = []
+
+
+class AgentAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One agent's answer (``done`` agents get only ``policy`` and ``done``)."""
+
+    policy: str
+    action: Any = msgspec.UNSET
+    logp: Any = msgspec.UNSET
+    value: Any = msgspec.UNSET
+    entropy: Any = msgspec.UNSET
+    dist_inputs: Any = msgspec.UNSET
+    q_values: Any = msgspec.UNSET
+    raw_action: Any = msgspec.UNSET
+    done: bool = False
+
+
+class AgentsActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    model: str
+    version: str
+    agents: dict[str, AgentAnswer]
+    episode_id: str | msgspec.UnsetType = msgspec.UNSET
+    episode_ended: bool = False
+
+
+_DECODER = msgspec.json.Decoder(AgentsActRequest, dec_hook=_dec_hook)
+_EXPECTED = "a UTF-8 JSON object with 'agents' (agent id -> its step)"
+
+
+def decode_agents_request(body: bytes) -> AgentsActRequest:
+    if not body:
+        raise InvalidJSON("empty request body; expected a JSON object with 'agents'", expected=_EXPECTED,
+                          received="an empty body")
+    try:
+        req = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        error = refusal(message, body)
+        if message.startswith("Object contains unknown field `"):  # refusal() names the act request's fields
+            nested = "- at `$.agents" in message
+            error.expected = f"one of {list((AgentStep if nested else AgentsActRequest).__struct_fields__)}"
+            if not nested:
+                error.message += ("; a policy set's act request carries 'agents' (agent id -> {observation, "
+                                  "action_mask, reward, prev_action, done})")
+        raise error from None
+    except msgspec.DecodeError as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc}", expected=_EXPECTED,
+                          received=f"{len(body)} bytes that do not parse") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise InvalidJSON("request body has invalid UTF-8 or is nested too deeply", expected=_EXPECTED,
+                          received=f"{len(body)} bytes") from None
+    return req

@@ -1,0 +1,58 @@
+"""The pages' fences follow the runner's conventions, and the list of exemptions stays short.
+
+Without these, a command could escape the runner by being written in a fence without a
+language, or exempted with a reason nobody wrote down.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from doc_blocks import DESCRIPTIVE, NOT_RUN, REPO, RUNNABLE, all_blocks, doc_pages
+
+# Every exempt block of every page; raise it only with a reason in NOT_RUN (25-27: the soak, the
+# GPU benchmark and the GPU image's container check; 28-29: experience.md's BC run on a log and
+# its configuration, which need ray in an environment of its own).
+MAX_NOT_RUN = 29
+
+
+def test_every_fence_names_its_language() -> None:
+    unknown = [f"{b.page}:{b.line} ```{b.lang}" for page in doc_pages() for b in all_blocks(page)
+               if b.lang not in RUNNABLE + DESCRIPTIVE]
+    assert not unknown, f"fences the runner does not know (use bash/python to run, json/text to show): {unknown}"
+
+
+def test_every_output_block_follows_a_runnable_block() -> None:
+    strays = [f"{b.page}:{b.line}" for page in doc_pages() for b in all_blocks(page) if b.lang == "output"]
+    assert not strays, f"```output blocks must come right after a bash or python block: {strays}"
+
+
+def test_not_run_markers_name_a_listed_reason() -> None:
+    blocks = [b for page in doc_pages() for b in all_blocks(page) if b.not_run]
+    unknown = [f"{b.page}:{b.line} ({b.not_run})" for b in blocks if b.not_run not in NOT_RUN]
+    assert not unknown, f"not-run keys without a reason in doc_blocks.NOT_RUN: {unknown}"
+    on_descriptive = [f"{b.page}:{b.line}" for b in blocks if b.lang not in RUNNABLE]
+    assert not on_descriptive, f"not-run markers on blocks that are not commands: {on_descriptive}"
+    used = Counter(b.not_run for b in blocks)
+    assert set(used) == set(NOT_RUN), f"reasons no block uses: {set(NOT_RUN) - set(used)}"
+    assert len(blocks) <= MAX_NOT_RUN, f"{len(blocks)} blocks are exempt: {[b.name for b in blocks]}"
+
+
+def test_a_marker_is_read_only_right_before_its_fence() -> None:
+    """A not-run comment anywhere else would be ignored: refuse it rather than run the block."""
+    for page in doc_pages():
+        text = page.read_text()
+        markers = [m.start() for m in re.finditer(r"^[ \t]*<!--\s*not-run:", text, flags=re.M)]
+        attached = {b.line for b in all_blocks(page) if b.not_run}
+        lines = {text.count("\n", 0, start) + 2 for start in markers}
+        assert lines == attached, f"{page.name}: not-run markers not on the line before a fence: {lines - attached}"
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """The README's test command is exempt (it is the suite); .ci/run must run exactly it."""
+    readme = [b for b in all_blocks(REPO / "README.md") if b.lang == "bash"]
+    assert readme[1].not_run == "test-suite"
+    install, test = readme[1].text.strip().split(" && ")
+    ci = (REPO / ".ci" / "run").read_text()
+    assert install in ci and test in ci

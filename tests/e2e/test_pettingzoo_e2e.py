@@ -1,0 +1,51 @@
+"""A real PettingZoo parallel game played through the Python client against ``rlserve serve``.
+
+The server (a real uvicorn process) serves the recorded two-policy RLlib checkpoint
+(``tests/fixtures/checkpoints/ppo_rps_multiagent``: ``player_0`` by an LSTM, ``player_1`` by
+an MLP) as a policy set, given on the command line with its mapping; the client plays
+PettingZoo's rock-paper-scissors (``pettingzoo.classic.rps_v2``, the parallel API) through
+``rlserve.client.pettingzoo_runner``: whole episodes, each agent's state on the server, a
+seeded episode replayed identically, and the episode's state gone once it ended.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from checkpoint_cases import case_path, multi_agent_case_ids
+
+from rlserve.client.agents_client import AgentsClient
+from rlserve.client.pettingzoo_runner import play_parallel_episode, play_parallel_episodes
+from tests.e2e.server_process import running_server
+
+pytestmark = pytest.mark.e2e
+
+
+def _env():
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.parallel_env()
+
+
+def test_rock_paper_scissors_episodes_play_to_the_end_and_replay_with_a_seed() -> None:
+    case = case_path(multi_agent_case_ids()[0])
+    args = ["--policy-set", f"rps={case / 'checkpoint'}", "--map", "player_0=p0", "--map", "player_1=p1"]
+    with running_server(args) as url, AgentsClient(url, "rps", explore=True) as client:
+        info = client.model_info()
+        assert info["kind"] == "policy_set" and info["policies"]["p0"]["recurrent"] is True
+        assert info["policies"]["p1"]["recurrent"] is False
+        played = play_parallel_episodes(client, _env, 3, seed=100, env_seed=0)
+        for episode in played:  # rps_v2 plays 15 rounds, then truncates both players
+            assert episode.steps == 15 and set(episode.returns) == {"player_0", "player_1"}
+            # Zero-sum: each round one player's +1 is the other's -1.
+            assert episode.returns["player_0"] == pytest.approx(-episode.returns["player_1"])
+            assert all(set(actions) == {"player_0", "player_1"} for actions in episode.actions)
+        # Sampling (explore) with a seed replays the very same actions; another seed differs.
+        again = play_parallel_episode(client, _env(), seed=100, env_seed=0)
+        assert again.actions == played[0].actions and again.returns == played[0].returns
+        other = play_parallel_episode(client, _env(), seed=999, env_seed=0)
+        assert other.actions != played[0].actions
+        # Every episode ended on the server: its agents' sessions are gone.
+        sessions = httpx.get(f"{url}/v1/models/rps").json()["episodes"]
+        assert sessions["active"] == 0
+

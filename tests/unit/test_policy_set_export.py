@@ -1,0 +1,91 @@
+"""``rlserve export`` of a policy set (every policy of a multi-policy checkpoint, or listed
+bundles, with an agent mapping) and ``rlserve inspect`` of one; the set refuses to load a
+member that is not the one it was written with."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gymnasium.spaces as gs
+import numpy as np
+import pytest
+
+from rlserve.models.export.bundle import load_bundle
+from rlserve.models.export.cli import export_main, inspect_main
+from rlserve.models.export.errors import BundleError
+from rlserve.models.multiagent.mapping import AgentMapping
+from rlserve.models.multiagent.policy_set import load_policy_set
+
+from .rllib_checkpoints import policy_state, write_algorithm_checkpoint
+
+OBS, ACT = gs.Box(-1.0, 1.0, (3,), np.float32), gs.Discrete(2)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ckpt") / "checkpoint"
+    states = {"blue": policy_state(OBS, ACT, {"fcnet_hiddens": [8]}, seed=1),
+              "red": policy_state(OBS, ACT, {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 4,
+                                             "lstm_use_prev_action": True}, seed=2)}
+    return write_algorithm_checkpoint(root, states)
+
+
+def _export(argv: list[str], capsys) -> tuple[int, str, str]:
+    rc = export_main([*argv, "--quiet", "--formats", "onnx"])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_a_multi_policy_checkpoint_exports_as_a_set_with_its_mapping(checkpoint, tmp_path, capsys) -> None:
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps({"agents": {"hero": "red"}, "patterns": [["red_*", "red"]]}))
+    out = tmp_path / "team"
+    rc, stdout, err = _export([str(checkpoint), "--out", str(out), "--mapping", str(mapping), "--map", "b*=blue",
+                               "--default-policy", "blue", "--name", "team"], capsys)
+    assert rc == 0, err
+    assert "policy set 'team' with policies ['blue', 'red']" in stdout
+    with load_policy_set(out) as team:
+        assert team.mapping == AgentMapping({"hero": "red"}, [("red_*", "red"), ("b*", "blue")], "blue")
+        assert team.bundles["red"].manifest.name == "team.red"
+        assert team.bundles["red"].manifest.source["policy_id"] == "red"  # each exported as on its own
+        assert team.bundles["red"].manifest.signature.state  # the recurrent one
+        assert not team.bundles["blue"].manifest.signature.state
+    rc = inspect_main([str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "policy set  team (version 1)" in text
+    assert "mapping     'hero' -> red; 'red_*' -> red; 'b*' -> blue; any other agent -> blue" in text
+    assert "red (served as team.red)" in text and text.count("member ") == 2
+    assert inspect_main([str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mapping"]["default"] == "blue"
+
+
+def test_mapping_errors_and_a_mapping_naming_a_missing_policy(checkpoint, tmp_path, capsys) -> None:
+    rc, _, err = _export([str(checkpoint), "--out", str(tmp_path / "a"), "--map", "x=green"], capsys)
+    assert rc == 2 and "names policies ['green'] that the set does not have" in err
+    rc, _, err = _export([str(checkpoint), "--out", str(tmp_path / "b"), "--map", "nonsense"], capsys)
+    assert rc == 2 and "--map: expected AGENT=POLICY" in err
+    rc, _, err = _export([str(checkpoint), "--out", str(tmp_path / "c")], capsys)
+    assert rc == 2 and "--map AGENT=POLICY" in err  # a multi-policy checkpoint without a mapping says how
+
+
+def test_a_set_of_listed_bundles_and_a_tampered_member(checkpoint, tmp_path, capsys) -> None:
+    for policy in ("blue", "red"):
+        rc, _, err = _export([str(checkpoint), "--policy-id", policy, "--out", str(tmp_path / policy)], capsys)
+        assert rc == 0, err
+    out = tmp_path / "pair"
+    rc, _, err = _export(["--bundle", f"one={tmp_path / 'blue'}", "--bundle", f"two={tmp_path / 'red'}",
+                          "--default-policy", "one", "--out", str(out)], capsys)
+    assert rc == 0, err
+    with load_policy_set(out) as pair:
+        assert pair.policy_ids == ["one", "two"] and pair.mapping.policy_for("anyone") == "one"
+    # A member replaced by another bundle is refused: the set records each member's digest.
+    shutil.rmtree(out / "policies" / "one")
+    shutil.copytree(tmp_path / "red", out / "policies" / "one")
+    with pytest.raises(BundleError, match="not the one the set was written with"):
+        load_policy_set(out)
+    rc, _, err = _export(["--bundle", f"x={tmp_path / 'nowhere'}", "--default-policy", "x",
+                          "--out", str(tmp_path / "bad")], capsys)
+    assert rc == 2 and "does not exist" in err
+    assert load_bundle(tmp_path / "blue").manifest.name == "blue"
