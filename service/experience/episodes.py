@@ -44,8 +44,10 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
     first_t = f.t[0]
     return {
         "id_": f.eps_id[0],
-        "agent_id": None,  # one agent; a multi-agent session will write one segment per agent
-        "module_id": None,
+        # A policy set's agent is written as a single-agent episode of its own (RLlib's
+        # offline reader takes no multi-agent episodes), with its agent and module id.
+        "agent_id": f.agent_id[0],
+        "module_id": f.module_id[0],
         "multi_agent_episode_id": None,
         "observations": _buffer(spaces.stack(obs_space, [*f.obs, f.next_obs[-1]])),
         "actions": _buffer(spaces.stack(action_space, f.action)),

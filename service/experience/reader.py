@@ -95,6 +95,8 @@ class Episode:
     is_terminated: bool = False
     is_truncated: bool = False
     segments: int = 0
+    agent_id: str | None = None  # a policy set's agent (None: a single agent)
+    module_id: str | None = None  # the set's policy that acted for it
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -140,7 +142,8 @@ def _join(eps_id: str, states: list[dict[str, Any]]) -> list[Episode]:
         if state["t_started"] < t:  # steps already joined (written twice): keep the first copy
             continue
         if state["t_started"] != t:  # the first segment, or steps missing before this one
-            runs.append(Episode(eps_id, t_started=state["t_started"]))
+            runs.append(Episode(eps_id, t_started=state["t_started"], agent_id=state["agent_id"],
+                                module_id=state["module_id"]))
         episode = runs[-1]
         if episode.observations:
             episode.observations.pop()  # this segment's first observation is the last one's final

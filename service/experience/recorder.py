@@ -112,7 +112,8 @@ class Recorder:
                 None if env is None else self._pack_action(env[offset]),
                 NAN if logp is None or logp[row] is None else logp[row],
                 NAN if value is None or value[row] is None else value[row],
-                step.explore, self.version, now))
+                step.explore, self.version, now,
+                None if step.agents is None else step.agents[offset], step.module_id))
             event_ids[offset] = event_id
         step.event_ids = event_ids
         step.closed = closed

@@ -104,3 +104,5 @@ class Fields:
         self.version = [s.version for s in steps]
         self.time = [s.time for s in steps]
         self.env_action = [s.action if s.env_action is None else s.env_action for s in steps]
+        self.agent_id = [s.agent_id for s in steps]
+        self.module_id = [s.module_id for s in steps]

@@ -58,8 +58,10 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
     ], fields=list(INFOS))
     columns = {
         "eps_id": pa.array(f.eps_id, pa.string()),
-        "agent_id": pa.nulls(n, pa.string()),  # one agent: RLlib's single-agent episodes have none
-        "module_id": pa.nulls(n, pa.string()),
+        # Null for a single agent (as RLlib writes single-agent episodes); a policy set's
+        # agent and its policy id otherwise.
+        "agent_id": pa.array(f.agent_id, pa.string()),
+        "module_id": pa.array(f.module_id, pa.string()),
         "t": pa.array(np.array(f.t, np.int64)),
         "obs": spaces.arrow_array(obs_space, f.obs),
         "actions": spaces.arrow_array(action_space, f.action),
@@ -89,8 +91,8 @@ def episodes_table(model: ModelLog, segments: list[list[Transition]]) -> pa.Tabl
     columns = {
         "item": pa.array(items, pa.binary()),
         "eps_id": pa.array([s.eps_id for s in first], pa.string()),
-        "agent_id": pa.nulls(len(segments), pa.string()),
-        "module_id": pa.nulls(len(segments), pa.string()),
+        "agent_id": pa.array([s.agent_id for s in first], pa.string()),
+        "module_id": pa.array([s.module_id for s in first], pa.string()),
         "t_started": pa.array([s.t for s in first], pa.int64()),
         "length": pa.array([len(segment) for segment in segments], pa.int64()),
         "is_terminated": pa.array([r.end == 1 for r in last], pa.bool_()),

@@ -34,6 +34,10 @@ class Trail(msgspec.Struct, array_like=True, frozen=True, gc=False):
     explore: bool  # False: ``logp`` is the mode's, not a behaviour probability
     version: str
     time: float  # seconds since the epoch, when the step was answered
+    # Served through a policy set (``rlserve.service.multiagent``): the agent, and the policy
+    # id of the set that acted for it (RLlib's module id); None for a single agent.
+    agent_id: str | None = None
+    module_id: str | None = None
 
     def __bytes__(self) -> bytes:
         """What a session's record stores (``rlserve.service.sessions.record``): the trail

@@ -59,10 +59,13 @@ class Step:
     obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch
     # For the experience log (rlserve.service.experience), only where it records this model:
     # the observations as decoded, before preprocessing (None: ``obs_row`` is the row);
-    # which rows end their episode (``Rows.ends``); how the answer's action is made from
-    # the sample; and, once logged, each row's event id.
+    # which rows end their episode (``Rows.ends``); which agent and policy of a policy set
+    # the rows are (``Rows.agents``, ``Rows.module_id``); how the answer's action is made
+    # from the sample; and, once logged, each row's event id.
     raw_obs: Any = None
     ends: list[int] | None = None
+    agents: list[str] | None = None
+    module_id: str | None = None
     unsquash: bool = False
     clip: bool = False
     event_ids: list[str | None] | None = None
@@ -151,6 +154,8 @@ class Preparer:
                 mask=self._masks(rows, []) if rows.has_masks else None,
                 rows=1,
                 ends=rows.ends,
+                agents=rows.agents,
+                module_id=rows.module_id,
             )
         decoded: list[Any] | np.ndarray
         if rows.decoded:
@@ -176,6 +181,8 @@ class Preparer:
             rows=n,
             raw_obs=decoded if self.keep_raw else None,
             ends=rows.ends,
+            agents=rows.agents,
+            module_id=rows.module_id,
         )
 
     def _decode_block(self, block: np.ndarray) -> np.ndarray:
