@@ -131,14 +131,18 @@ def read_weights_file(path: str | os.PathLike[str], policy_id: str | None = None
 
     A checkpoint may be an Algorithm checkpoint directory (``policies/<id>/``; pass
     ``policy_id`` when it holds several), a policy directory, a ``policy_state.pkl`` (or
-    ``.msgpck``) or a pre-2.0 ``checkpoint-N`` file. Pickles are read by the data-only
-    unpickler of ``rlserve.models.checkpoint``: no code from the file runs, and an object of a
-    class not known to be plain data is refused with its name.
+    ``.msgpck``), a pre-2.0 ``checkpoint-N`` file, or a new-stack RLModule's
+    ``module_state.pkl`` (or ``.msgpack``: a custom module's weights for a custom model).
+    Pickles are read by the data-only unpickler of ``rlserve.models.checkpoint``: no code
+    from the file runs, and an object of a class not known to be plain data is refused with
+    its name.
     """
     path = Path(path)
     if path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
+    if path.name in ("module_state.pkl", "module_state.msgpack"):  # a new-stack RLModule's state dict
+        return _module_state(path)
     try:
         files = locate(path, policy_id)
         state = read_state(files.policy_state)
@@ -147,6 +151,20 @@ def read_weights_file(path: str | os.PathLike[str], policy_id: str | None = None
         return policy_weights(state, files.policy_state)
     except CheckpointError as exc:
         raise WeightImportError(str(exc)) from None
+
+
+def _module_state(path: Path) -> dict[str, np.ndarray]:
+    """An RLModule's ``module_state`` file (new API stack): its state dict, read as data."""
+    from rlserve.models.newstack.state import read_state_file
+
+    try:
+        state = read_state_file(path)
+    except CheckpointError as exc:
+        raise WeightImportError(str(exc)) from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, np.ndarray)
+                                              for k, v in state.items()):
+        raise WeightImportError(f"{path}: expected an RLModule state dict (names -> arrays)")
+    return dict(state)
 
 
 def _legacy_policy_state(state: dict[str, Any], source: Path, policy_id: str | None) -> object:

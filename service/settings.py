@@ -36,6 +36,7 @@ TOOL_VARIABLES = {
     "RLSERVE_LB_PORT": "the load balancer's host port in docker/compose.yaml",
     "RLSERVE_ORACLE_DIR": "the RLlib fixtures the tests compare with",
     "RLSERVE_CHECKPOINT_DIR": "the RLlib checkpoints the tests compare with",
+    "RLSERVE_NEWSTACK_DIR": "the RLlib new-API-stack checkpoints the tests compare with",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
     "RLSERVE_CI_VENV": "where .ci/run builds its environment",
 }

@@ -27,7 +27,7 @@ import numpy as np
 from rlserve.models.checkpoint.errors import CheckpointError
 from rlserve.models.checkpoint.unpickler import load_pickle, load_pickle_bytes
 
-__all__ = ["CheckpointFiles", "algorithm_worker_state", "locate", "read_state"]
+__all__ = ["CheckpointFiles", "algorithm_worker_state", "locate", "read_msgpack", "read_state"]
 
 _POLICY_STATE = ("policy_state.pkl", "policy_state.msgpck")
 _ALGORITHM_STATE = ("algorithm_state.pkl", "algorithm_state.msgpck")
@@ -135,11 +135,12 @@ def locate(path: str | Path, policy_id: str | None = None) -> CheckpointFiles:
 def read_state(path: Path) -> Any:
     """A state file as data: ``*.msgpck`` through msgpack, anything else as a pickle."""
     if path.suffix == ".msgpck":
-        return _read_msgpack(path)
+        return read_msgpack(path)
     return load_pickle(path)
 
 
-def _read_msgpack(path: Path) -> Any:
+def read_msgpack(path: Path) -> Any:
+    """A msgpack state file as data (numpy arrays as ``msgpack_numpy`` encodes them)."""
     try:
         import msgpack  # type: ignore[import-untyped]  # ships no type information
     except ImportError:

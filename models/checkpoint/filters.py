@@ -25,7 +25,7 @@ from rlserve.models.checkpoint.spaces import decode_ndarray
 from rlserve.models.checkpoint.unpickler import Record
 from rlserve.models.filters import MeanStdFilter
 
-__all__ = ["FILTER_CONNECTORS", "filter_from_connectors", "filter_from_worker"]
+__all__ = ["FILTER_CONNECTORS", "filter_from_connectors", "filter_from_worker", "running_stat"]
 
 FILTER_CONNECTORS = ("MeanStdObservationFilterAgentConnector", "ConcurrentMeanStdObservationFilterAgentConnector")
 
@@ -72,7 +72,7 @@ def _filter_state(params: Mapping[str, Any], running_stats: Any, where: str) -> 
     stats = list(running_stats) if isinstance(running_stats, list | tuple) else [running_stats]
     if len(stats) != 1:
         raise CheckpointError(f"{where}: expected one running statistic for the flat observation, found {len(stats)}")
-    num_pushes, mean, sum_sq_diff = _running_stat(stats[0], f"{where} running_stats")
+    num_pushes, mean, sum_sq_diff = running_stat(stats[0], f"{where} running_stats")
     shape = params.get("shape")
     shape_list = list(mean.shape) if shape is None else [int(d) for d in np.asarray(shape).ravel()]
     clip = params.get("clip")
@@ -92,7 +92,8 @@ def _filter_state(params: Mapping[str, Any], running_stats: Any, where: str) -> 
         raise CheckpointError(f"{where}: {exc}") from None
 
 
-def _running_stat(stat: Any, where: str) -> tuple[int, np.ndarray, np.ndarray]:
+def running_stat(stat: Any, where: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """(num_pushes, mean, sum_sq_diff) of one RLlib ``RunningStat`` state (a record or its dict)."""
     fields = stat.fields if isinstance(stat, Record) else stat
     if not isinstance(fields, Mapping):
         raise CheckpointError(f"{where}: expected RLlib's RunningStat state, got {type(stat).__name__}")

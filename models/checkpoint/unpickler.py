@@ -135,6 +135,18 @@ def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
     return text.encode("latin1")
 
 
+_SINGLETON_TYPES = {type(None): None, type(...): ..., type(NotImplemented): NotImplemented}
+
+
+def _singleton_type(*args: object) -> type:
+    """cloudpickle spells ``NoneType`` (and the Ellipsis/NotImplemented types) as
+    ``type(None)``; ``type`` with any other argument, or three (a new class), is refused."""
+    for kind, instance in _SINGLETON_TYPES.items():
+        if len(args) == 1 and args[0] is instance:
+            return kind
+    raise UnsafePickleError(f"refusing to call builtins.type with {len(args)} argument(s): only type(None) is read")
+
+
 def _numpy_globals() -> dict[tuple[str, str], Any]:
     # Taken from numpy's own reductions so the names match this numpy's module layout.
     reconstruct = cast(tuple[Any, ...], np.zeros(1).__reduce__())[0]
@@ -161,6 +173,7 @@ _DATA: dict[tuple[str, str], Any] = {
     ("collections", "defaultdict"): collections.defaultdict,
     ("collections", "deque"): collections.deque,
     ("_codecs", "encode"): _latin1_bytes,
+    ("builtins", "type"): _singleton_type,
 }
 
 # Classes whose objects in RLlib checkpoints are plain state (see the module docstring).
@@ -191,6 +204,17 @@ _RECORD_NAMES: dict[str, tuple[str, ...]] = {
     "ray.rllib.algorithms.callbacks": ("DefaultCallbacks",),
     "ray.rllib.evaluation.collectors.simple_list_collector": ("SimpleListCollector",),
     "packaging.version": ("Version", "_Version"),
+    # New API stack: module specs (spaces, model config, class names) and the device a
+    # connector pipeline's NumpyToTensor was built for.
+    "ray.rllib.core.rl_module.rl_module": ("RLModuleSpec",),
+    "ray.rllib.core.rl_module.multi_rl_module": ("MultiRLModuleSpec",),
+    "torch": ("device",),
+    # cloudpickle spells a class attribute it needs (e.g. a method of a by-value class)
+    # as ``getitem(cls.__dict__, name)``; as a record it is only the pair, nothing is looked up.
+    "_operator": ("getitem",),
+    # ... and a by-value module's ``logger = logging.getLogger(name)`` as that call.
+    "logging": ("getLogger",),
+    "ray.rllib.core.rl_module.default_model_config": ("DefaultModelConfig",),
     "numpy.random._pickle": ("__generator_ctor", "__bit_generator_ctor", "__randomstate_ctor"),
     "numpy.random.bit_generator": ("__pyx_unpickle_SeedSequence",),
 }

@@ -44,6 +44,7 @@ from .registry import (
     registered_action_dists,
     unregister_action_dist,
 )
+from .squashed_rlmodule import RLModuleSquashedGaussian
 
 __all__ = [
     "FLOAT_MIN",
@@ -70,6 +71,7 @@ __all__ = [
     "EpsilonGreedyQ",
     "MultiActionDistribution",
     "MultiCategorical",
+    "RLModuleSquashedGaussian",
     "SquashedGaussian",
     "UnknownActionDistError",
     "UnsupportedActionSpaceError",

@@ -27,6 +27,7 @@ from .dirichlet import Dirichlet
 from .epsilon_greedy import EpsilonGreedyQ
 from .gaussian import DiagGaussian, SquashedGaussian
 from .multi import MultiActionDistribution
+from .squashed_rlmodule import RLModuleSquashedGaussian
 
 __all__ = [
     "BUILTIN_DISTRIBUTIONS",
@@ -45,6 +46,7 @@ BUILTIN_DISTRIBUTIONS: dict[str, type[ActionDistribution]] = {
         MultiCategorical,
         DiagGaussian,
         SquashedGaussian,
+        RLModuleSquashedGaussian,
         Beta,
         Deterministic,
         Dirichlet,

@@ -1,13 +1,15 @@
 """``rlserve export`` and ``rlserve inspect``.
 
-    rlserve export CHECKPOINT --out DIR [--policy-id ID] [--archive]
+    rlserve export CHECKPOINT --out DIR [--policy-id/--module-id ID] [--archive]
     rlserve export --spec case.json --weights weights.npz --out DIR [--archive]
     rlserve export --obs-space obs.json --action-space act.json --config model.json \\
                    --weights weights.npz [--filter filter.json] --out DIR
 
 An RLlib checkpoint (algorithm or policy directory, or its policy_state file; given as
 CHECKPOINT or as --weights) supplies the spaces, model config, filter statistics,
-normalize_actions/clip_actions and weights; the other flags override what it says.
+normalize_actions/clip_actions and weights; the other flags override what it says. A
+new-API-stack checkpoint (RLModule: the algorithm directory, learner_group/learner/rl_module
+or one module's directory) is detected from its files (``cli_newstack.py``).
     rlserve export CHECKPOINT --out DIR --mapping mapping.json   (a policy set: models/export/set_cli.py)
     rlserve inspect BUNDLE [--json] [--no-verify]
 
@@ -45,7 +47,9 @@ def _export_parser() -> argparse.ArgumentParser:
     src.add_argument("checkpoint", nargs="?", type=Path, help="an RLlib checkpoint: the algorithm directory "
                      "(rllib_checkpoint.json, policies/<id>/), a policy directory or its policy_state.pkl/.msgpck; "
                      "read without ray and without running pickled code")
-    src.add_argument("--policy-id", help="which policy of a multi-policy checkpoint (the ids are listed when needed)")
+    src.add_argument("--policy-id", "--module-id", dest="policy_id",
+                     help="which policy (old stack) or RLModule (new stack) of a checkpoint that holds several "
+                     "(the ids are listed when needed)")
     src.add_argument("--spec", type=Path, help="one JSON file with observation_space, action_space, "
                      "model_config (or model_config_overrides) and optionally action_dist (a fixture case.json)")
     src.add_argument("--obs-space", type=Path, help="observation space JSON (rlserve.models.spaces schema)")
@@ -108,6 +112,13 @@ def export_main(argv: list[str]) -> int:
 
 
 def _export(args: argparse.Namespace, progress: Progress) -> int:
+    from rlserve.models.newstack import is_new_stack
+
+    if args.checkpoint is not None and is_new_stack(args.checkpoint):
+        from rlserve.models.export.cli_newstack import export_new_stack
+
+        bundle = export_new_stack(args, progress, InputError)
+        return _finish(args, bundle, progress)
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     checkpoint = _read_checkpoint(args, progress)
     spec = _read_spec(args, checkpoint)
@@ -131,6 +142,11 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
         raise  # a runtime disagrees with eager torch: an export failure, exit 1
     except ValueError as exc:
         raise InputError(str(exc)) from exc
+    return _finish(args, bundle, progress)
+
+
+def _finish(args: argparse.Namespace, bundle: Any, progress: Progress) -> int:
+    """Pack the archive when asked and say where the bundle is."""
     archive = None
     if args.archive:
         from rlserve.models.export.bundle import pack_bundle

@@ -76,6 +76,8 @@ def export_bundle(
     normalize_actions: bool = False,
     clip_actions: bool = False,
     source: Mapping[str, Any] | None = None,
+    connectors: Mapping[str, Any] | None = None,
+    make_inputs: Callable[[int, int], dict[str, np.ndarray]] | None = None,
 ) -> Bundle:
     """Export ``model`` (the uniform contract of ``rlserve.models.interface``) to ``out_dir``.
 
@@ -86,7 +88,10 @@ def export_bundle(
     ``normalize_actions``/``clip_actions`` record RLlib's settings of the same names: what
     the server does to an action before handing it to the environment by default
     (unsquash to the Box bounds, else clip to them). ``source`` records provenance (e.g.
-    the RLlib checkpoint's policy id and ray version).
+    the RLlib checkpoint's policy id and ray version). ``connectors`` records a new-stack
+    module's connector layout (``rlserve.models.connectors.plan``); ``make_inputs(batch,
+    seed)`` then draws the reference and check inputs (the default draws them from the
+    spaces through the old stack's preprocessor).
     """
     say = progress or (lambda _msg: None)
     formats = _check_formats(formats)
@@ -116,9 +121,13 @@ def export_bundle(
     manifest["clip_actions"] = bool(clip_actions)
     if source is not None:
         manifest["source"] = _jsonable(dict(source))
-    reference = dict(reference_batch) if reference_batch is not None else make_reference_inputs(
-        signature, obs_space, action_space, model_config, filter_state, REFERENCE_BATCH, seed=0
-    )
+    if connectors is not None:
+        manifest["connectors"] = _jsonable(dict(connectors))
+    if make_inputs is None:
+        def make_inputs(batch: int, seed: int) -> dict[str, np.ndarray]:
+            return make_reference_inputs(signature, obs_space, action_space, model_config, filter_state, batch,
+                                         seed=seed)
+    reference = dict(reference_batch) if reference_batch is not None else make_inputs(REFERENCE_BATCH, 0)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     # mkdtemp makes the directory 0700; a bundle is shared data (other users, a container's
@@ -128,7 +137,7 @@ def export_bundle(
     stage.chmod(0o777 & ~umask)
     try:
         _build(model, signature, formats, reference, stage, manifest, say,
-               checks=_check_batches(signature, obs_space, action_space, model_config, filter_state))
+               checks=[make_inputs(b, b) for b in CHECK_BATCHES])
         say("writing manifest")
         files = [*(_FILES[f] for f in formats), REFERENCE_FILE]
         files += [info["policy_file"] for info in manifest["runtimes"].values() if "policy_file" in info]
@@ -310,13 +319,3 @@ def _verify_runtime(
         diffs = compare_outputs(run(inputs), expected, RTOL, ATOL, what=what, max_rtol=MAX_RTOL)
         worst = max(worst, *diffs.values())
     return worst
-
-
-def _check_batches(
-    signature: ModelSignature, obs_space: Any, action_space: Any, model_config: Mapping[str, Any],
-    filter_state: Mapping[str, Any] | None,
-) -> list[dict[str, np.ndarray]]:
-    return [
-        make_reference_inputs(signature, obs_space, action_space, model_config, filter_state, b, seed=b)
-        for b in CHECK_BATCHES
-    ]

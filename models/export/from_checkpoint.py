@@ -2,10 +2,14 @@
 
     bundle = export_checkpoint("path/to/checkpoint", "my-policy", policy_id=None)
 
-Everything comes from the checkpoint (``rlserve.models.checkpoint.read_checkpoint``): spaces, model
-config, filter statistics, ``normalize_actions``/``clip_actions``/``explore`` and weights.
-A server that serves a checkpoint directly exports it this way into a directory of its
-own. The command line adds overrides (``models/export/cli.py``).
+Everything comes from the checkpoint: spaces, model config, filter statistics or connector
+pipelines, ``normalize_actions``/``clip_actions``/``explore`` and weights. Which stack wrote
+it is read from its files: an old-stack (ModelV2/Policy) checkpoint goes through
+``rlserve.models.checkpoint.read_checkpoint``, a new-stack (RLModule) one through
+``rlserve.models.newstack.read_module_checkpoint`` and ``from_rlmodule.export_rlmodule``
+(``policy_id`` then picks the module). A server that serves a checkpoint directly exports
+it this way into a directory of its own. The command line adds overrides
+(``models/export/cli.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from rlserve.models.checkpoint import CheckpointError, PolicyCheckpoint, read_checkpoint
 from rlserve.models.export.bundle import Bundle
+from rlserve.models.newstack import is_new_stack, read_module_checkpoint
 
 __all__ = ["export_checkpoint"]
 
@@ -32,14 +37,22 @@ def export_checkpoint(
     """Export one policy of an RLlib checkpoint to a verified bundle at ``out_dir``.
 
     Raises ``CheckpointError`` when the checkpoint cannot be read or lacks the filter its
-    config names, ``WeightImportError`` when its weights do not fit the model its config
-    describes, ``BundleError`` when a runtime disagrees with eager torch.
+    config names (``CustomModuleError`` for an RLModule that is not a default one),
+    ``WeightImportError``/``RLModuleWeightError`` when its weights do not fit the model its
+    config describes, ``RLModuleExportError`` for connectors a bundle cannot reproduce,
+    ``BundleError`` when a runtime disagrees with eager torch.
     """
     from rlserve.models.catalog import build_model
     from rlserve.models.export.describe import describe_action_dist
     from rlserve.models.export.exporter import export_bundle
     from rlserve.models.rllib_import import load_rllib_weights
 
+    if not isinstance(checkpoint, PolicyCheckpoint) and is_new_stack(checkpoint):
+        from rlserve.models.export.from_rlmodule import export_rlmodule
+
+        module = read_module_checkpoint(checkpoint, policy_id)
+        return export_rlmodule(module, out_dir, formats=tuple(formats), name=name, version=version,
+                               progress=progress)
     ckpt = checkpoint if isinstance(checkpoint, PolicyCheckpoint) else read_checkpoint(checkpoint, policy_id)
     if ckpt.filter_missing:
         raise CheckpointError(ckpt.filter_missing)

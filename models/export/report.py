@@ -18,8 +18,8 @@ def format_manifest(bundle: Bundle, verified: bool = True) -> str:
         _spaces(m.data),
         _preprocessing(m.data),
         _dist(m.data),
-        _config_diff(m.model_config),
-        _signature(m.data["signature"]),
+        _config_diff(m.model_config, new_stack=m.connectors is not None),
+        _signature(m.data["signature"], one_hot=(m.connectors or {}).get("prev_action_encoding") == "one_hot"),
         _runtimes(m.data),
         _files(m.files),
         _reference(m.reference),
@@ -40,9 +40,23 @@ def _header(bundle: Bundle, verified: bool) -> str:
         f"format      {m.data['format']} v{m.format_version}, created {m.created_at}",
         f"explore     {str(m.explore).lower()} (default for requests that do not say)",
         f"actions     normalize_actions={str(m.normalize_actions).lower()} clip_actions={str(m.clip_actions).lower()}",
+        f"stack       {_stack(m.source)}",
         *([f"source      {_compact(m.source)}"] if m.source else []),
         f"integrity   {check}",
     ])
+
+
+def _stack(source: dict[str, Any] | None) -> str:
+    """Which RLlib stack (and, for the new one, which module) the bundle came from."""
+    if not source or source.get("kind") != "rllib_checkpoint":
+        return "not exported from an RLlib checkpoint"
+    if source.get("stack") == "new":
+        module_class = str(source.get("module_class") or "?").rpartition(".")[2]
+        algorithm = str(source.get("algorithm") or "?").rpartition(".")[2]
+        return (f"RLlib new API stack (RLModule): module {source.get('module_id')!r} {module_class}, "
+                f"algorithm {algorithm}")
+    policy_class = source.get("policy_class") or ""
+    return f"RLlib old API stack (ModelV2/Policy): policy {source.get('policy_id')!r} {policy_class}"
 
 
 def _spaces(data: dict[str, Any]) -> str:
@@ -58,6 +72,9 @@ def _spaces(data: dict[str, Any]) -> str:
 def _preprocessing(data: dict[str, Any]) -> str:
     prep = data["preprocessor"]
     shape = tuple(prep.get("output_shape", ()))
+    connectors = data.get("connectors")
+    if connectors is not None:
+        return _connectors(connectors, shape)
     line = f"preprocessor: {prep.get('class')} -> {shape} {prep.get('output_dtype', '')}"
     # dim/grayscale/zero_mean only mean something to an image leaf; the manifest records
     # them for every preprocessor.
@@ -73,6 +90,19 @@ def _preprocessing(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _connectors(connectors: dict[str, Any], shape: tuple[int, ...]) -> str:
+    user = connectors.get("user_connectors") or []
+    lines = [f"connectors (RLlib env-to-module, in order): {', '.join(user) if user else 'none'}",
+             f"  on the server: {', '.join(s['class'] for s in connectors.get('server', [])) or 'none'} -> {shape}",
+             f"  in the graph:  {', '.join(s['class'] for s in connectors.get('graph', [])) or 'none'} -> "
+             f"module input {tuple(connectors.get('module_obs_shape', ()))}"]
+    for stage in [*connectors.get("server", []), *connectors.get("graph", [])]:
+        if stage["class"] == "MeanStdFilter":
+            filt = stage["filter"]
+            lines.append(f"  MeanStdFilter frozen: num_pushes={filt.get('num_pushes')} clip={filt.get('clip')}")
+    return "\n".join(lines)
+
+
 def _dist(data: dict[str, Any]) -> str:
     dist = data["action_dist"]
     lines = [f"action distribution: {dist.get('class')}  num_outputs={data['num_outputs']}"]
@@ -84,22 +114,26 @@ def _dist(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _config_diff(config: dict[str, Any]) -> str:
-    try:
-        from rlserve.models.config import MODEL_DEFAULTS
-    except ImportError:  # pragma: no cover - config ships with models
-        MODEL_DEFAULTS = {}
-    changed = {k: v for k, v in config.items() if MODEL_DEFAULTS.get(k, object()) != v}
+def _config_diff(config: dict[str, Any], new_stack: bool = False) -> str:
+    if new_stack:
+        from rlserve.models.newstack.config import DEFAULT_MODEL_CONFIG as defaults
+
+        label = "DefaultModelConfig"
+    else:
+        from rlserve.models.config import MODEL_DEFAULTS as defaults
+
+        label = "MODEL_DEFAULTS"
+    changed = {k: v for k, v in config.items() if defaults.get(k, object()) != v}
     if not changed:
-        return "model config: MODEL_DEFAULTS (no changes)"
-    lines = ["model config (keys that differ from MODEL_DEFAULTS):"]
+        return f"model config: {label} (no changes)"
+    lines = [f"model config (keys that differ from {label}):"]
     for key in sorted(changed):
-        default = MODEL_DEFAULTS.get(key, "<not a default key>")
+        default = defaults.get(key, "<not a default key>")
         lines.append(f"  {key} = {_compact(changed[key])}   (default {_compact(default)})")
     return "\n".join(lines)
 
 
-def _signature(sig: dict[str, Any]) -> str:
+def _signature(sig: dict[str, Any], one_hot: bool = False) -> str:
     obs = tuple(sig["obs_shape"])
     prev = sig.get("prev", {})
     window = lambda n: f"{n}, " if prev.get("windowed") else ""  # noqa: E731
@@ -111,6 +145,8 @@ def _signature(sig: dict[str, Any]) -> str:
         )
         shapes[f"state_out_{i}"] = f"(B, {dims})"
     shapes["prev_actions"] = f"(B, {window(prev.get('n_prev_actions'))}{prev.get('action_width')}) flattened actions"
+    if one_hot:
+        shapes["prev_actions"] = f"(B, {prev.get('n_prev_actions')}, {prev.get('action_width')}) one-hot actions"
     shapes["prev_rewards"] = f"(B, {prev.get('n_prev_rewards')})" if prev.get("windowed") else "(B,)"
     shapes["dist_inputs"] = f"(B, {sig['num_outputs']})"
     shapes["value"] = "(B,)"

@@ -280,6 +280,8 @@ class ActService:
         unsquash = policy.unsquash_default if options.unsquash_actions is None else options.unsquash_actions
         # RLlib clips only what it does not unsquash (unsquashing already lands in the bounds).
         clip = (policy.clip_default and not unsquash) if options.clip_actions is None else options.clip_actions
+        if not policy.pipeline.bounds_apply:  # no float Box action: both would return the actions as they are
+            unsquash = clip = False
         step.unsquash, step.clip = unsquash, clip  # the experience log records the answered action
         return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
                         Job(step, step.rows, keys))

@@ -25,9 +25,12 @@ CHECKPOINT_MARKER = "rllib_checkpoint.json"
 
 
 def is_checkpoint(path: Path) -> bool:
-    """An RLlib checkpoint directory (algorithm or policy level), not a bundle."""
+    """An RLlib checkpoint directory, not a bundle: an old-stack algorithm or policy directory,
+    or a new-stack algorithm, ``rl_module`` or module directory (``class_and_ctor_args.pkl``)."""
+    from rlserve.models.newstack import is_new_stack
+
     try:
-        return path.is_dir() and (path / CHECKPOINT_MARKER).is_file()
+        return path.is_dir() and ((path / CHECKPOINT_MARKER).is_file() or is_new_stack(path))
     except OSError:  # e.g. a name past NAME_MAX: not a checkpoint (the bundle loader says why)
         return False
 
@@ -106,12 +109,15 @@ def _export(path: Path, out: Path, model_name: str, policy_id: str | None) -> No
             "and serve the bundle", field="checkpoint", expected="an installed torch", received=path.name,
         ) from None
     from rlserve.models.checkpoint import CheckpointError
+    from rlserve.models.export.from_rlmodule import RLModuleExportError
     from rlserve.models.rllib_import import WeightImportError
+    from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
     log.info("exporting the RLlib checkpoint %s (kept for the next start)", path)
     try:
         export_checkpoint(path, out, policy_id=policy_id, name=model_name, formats=("onnx",))
-    except (CheckpointError, WeightImportError, BundleError, OSError) as exc:
+    except (CheckpointError, WeightImportError, RLModuleExportError, RLModuleWeightError, BundleError,
+            OSError) as exc:
         raise _refused(path, exc) from exc
 
 
@@ -124,4 +130,5 @@ def _load(path: Path, out: Path) -> Bundle:
 
 def _refused(path: Path, exc: Exception) -> BundleInvalid:
     return BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="checkpoint",
-                         expected="an RLlib checkpoint directory (rllib_checkpoint.json)", received=path.name)
+                         expected="an RLlib checkpoint directory (old stack: rllib_checkpoint.json; new stack: "
+                         "class_and_ctor_args.pkl)", received=path.name)

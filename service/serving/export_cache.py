@@ -31,7 +31,7 @@ from rlserve.models.export.bundle import MANIFEST_NAME
 
 log = logging.getLogger("rlserve.export_cache")
 
-FORMAT = "1"  # bumped when an entry's layout or the key's recipe changes
+FORMAT = "2"  # bumped when an entry's layout or the key's recipe changes
 # The distributions whose versions shape an export (the model's graph, its checks).
 EXPORTER_DISTRIBUTIONS = ("rlserve", "torch", "onnx", "onnxscript", "onnxruntime", "numpy")
 
@@ -45,10 +45,22 @@ def default_root() -> Path:
 def export_key(checkpoint: Path, name: str, policy_id: str | None) -> str:
     """The hash naming the export of ``checkpoint`` (its files' contents, the exporter, the options)."""
     digest = hashlib.sha256()
-    for part in (FORMAT, _exporter_digest(), name, policy_id or ""):
+    root = _content_root(checkpoint)
+    inside = checkpoint.resolve().relative_to(root.resolve()).as_posix() if root != checkpoint else ""
+    for part in (FORMAT, _exporter_digest(), name, policy_id or "", inside):
         digest.update(part.encode("utf-8", "backslashreplace") + b"\0")
-    digest.update(_files_digest(checkpoint).encode())
+    digest.update(_files_digest(root).encode())
     return digest.hexdigest()[:32]
+
+
+def _content_root(checkpoint: Path) -> Path:
+    """What the export reads: the checkpoint folder, or for one module (or the ``rl_module``
+    folder) of a new-stack checkpoint the whole algorithm around it, whose connectors the
+    export reads too (the folder's own path inside it is hashed with the options)."""
+    from rlserve.models.newstack.layout import algorithm_root, is_new_stack
+
+    root = algorithm_root(checkpoint) if is_new_stack(checkpoint) else None
+    return checkpoint if root is None else root
 
 
 def lookup(root: Path, key: str) -> Path | None:

@@ -86,8 +86,8 @@ class Preparer:
         # A Q-policy (DQN's q_model): takes a request's epsilon and returns its Q-values.
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         obs_space = pipeline.obs_space
-        self.mask_in_obs = (hasattr(obs_space, "spaces") and isinstance(obs_space.spaces, dict)
-                            and MASK_KEY in obs_space.spaces)
+        self.mask_in_obs = (pipeline.obs_mask_key is not None and hasattr(obs_space, "spaces")
+                            and isinstance(obs_space.spaces, dict) and MASK_KEY in obs_space.spaces)
         self._decode_obs = codec.decode_value.dispatch(type(obs_space))  # skip per-call dispatch
         self._decode_column = columns.decode_column.dispatch(type(obs_space))
         self.plain_width = self._plain_box_width()

@@ -71,10 +71,12 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_
 
 @contextmanager
 def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                   cwd: Path | None = None, ready_path: str = "/readyz") -> Iterator[str]:
+                   cwd: Path | None = None, ready_path: str = "/readyz",
+                   start_timeout: float = START_TIMEOUT_S) -> Iterator[str]:
     """Run `rlserve serve ARGS` with RLSERVE_* taken only from ``env``; yields the base URL.
 
-    ``ready_path="/healthz"`` for a server that is up but has no model yet (not "ready").
+    ``ready_path="/healthz"`` for a server that is up but has no model yet (not "ready");
+    ``start_timeout`` for one that exports many checkpoints before it is ready.
     """
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
@@ -88,7 +90,7 @@ def running_server(args: Sequence[str] = (), env: Mapping[str, str] | None = Non
                             stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, proc, path=ready_path, log=log)
+        wait_ready(url, proc, timeout=start_timeout, path=ready_path, log=log)
         yield url
     finally:
         proc.terminate()

@@ -47,6 +47,9 @@ TORCH_SIDE = (
     "service/*runtime/torchscript.py",
     # Reading msgpack checkpoints is part of exporting them (`rlserve export CHECKPOINT`).
     "models/checkpoint/files.py",
+    # The new stack's RLModules, rebuilt in torch to be exported (`rlserve export` of a
+    # new-stack checkpoint); serving their bundles needs no torch.
+    "models/rlmodules/*.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
 # The start-up check pings the configured store (service/startup.py, only with a store set).
@@ -61,7 +64,9 @@ EXPERIENCE_SIDE = ("service/experience/*.py",)
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
                    "scripts/record_rllib_offline_schema.py": {"ray"},
-                   "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"}}
+                   "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"},
+                   # dm-tree and msgpack-numpy come with ray's rllib extra
+                   "scripts/record_newstack_cases.py": {"ray", "tree", "msgpack_numpy"}}
 
 
 def _normalize(name: str) -> str:

@@ -1,0 +1,145 @@
+"""Loader for real RLlib new-API-stack checkpoints with RLlib's recorded answers.
+
+Format: ``shared/oracle/newstack/README.md`` (one folder per case: ``checkpoint/``,
+``reference.json``, ``reference.npz``, ``episode_states.npz`` for recurrent cases).
+
+Cases come from ``RLSERVE_NEWSTACK_DIR`` (default ``../shared/oracle/newstack`` relative to
+the repository root), so other folders of the same format can be run, and from this
+repository's ``tests/fixtures/newstack`` (written by ``scripts/record_newstack_cases.py``).
+Tests select cases by what they hold (multi-agent, recurrent, connectors), never by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OWN_CASES = REPO_ROOT / "tests" / "fixtures" / "newstack"
+
+
+def newstack_dir() -> Path:
+    env = os.environ.get("RLSERVE_NEWSTACK_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    return (REPO_ROOT / ".." / "shared" / "oracle" / "newstack").resolve()
+
+
+def _cases_in(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "reference.json").is_file() and (p / "checkpoint").is_dir())
+
+
+def case_ids() -> list[str]:
+    """``<folder label>/<case folder>`` for every case in both folders."""
+    return [f"shared/{p.name}" for p in _cases_in(newstack_dir())] + [f"own/{p.name}" for p in _cases_in(OWN_CASES)]
+
+
+def case_path(case_id: str) -> Path:
+    label, _, name = case_id.partition("/")
+    return (newstack_dir() if label == "shared" else OWN_CASES) / name
+
+
+@dataclass
+class NewStackCase:
+    id: str
+    path: Path
+    reference: dict[str, Any]
+    arrays: dict[str, np.ndarray]  # reference.npz
+    states: dict[str, np.ndarray]  # episode_states.npz ({} for feedforward cases)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint"
+
+    @property
+    def multi_agent(self) -> bool:
+        return bool(self.reference.get("multi_agent"))
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.reference.get("recurrent"))
+
+    @property
+    def module_ids(self) -> list[str]:
+        return list(self.reference["modules"])
+
+    def fixed(self, agent: str | None = None) -> dict[str, Any]:
+        """The ``fixed`` answers (of one agent in a multi-agent case) as arrays stacked over
+        the observations: from ``reference.npz`` (``fixed[/agent_<id>]/<field>[/<key>...]``,
+        a nested dict where the field has keys), else from the JSON."""
+        prefix = "fixed" if agent is None else f"fixed/agent_{agent}"
+        fixed = self.reference["fixed"] if agent is None else self.reference["fixed"][f"agent_{agent}"]
+        out: dict[str, Any] = {}
+        for field, value in fixed.items():
+            key = f"{prefix}/{field}"
+            nested = {k[len(key) + 1:]: v for k, v in self.arrays.items() if k.startswith(key + "/")}
+            if key in self.arrays:
+                out[field] = self.arrays[key]
+            elif nested:
+                out[field] = _unflatten(nested)
+            else:
+                out[field] = value
+        return out
+
+    def observations(self, agent: str | None = None) -> list[Any]:
+        """The raw observations as JSON values (a Dict observation as an object per row; a
+        multi-agent case's rows ``{agent_id: obs}`` give the agent's)."""
+        count = len(self.reference["fixed"]["obs"])
+        fixed = self.fixed(agent)
+        if "obs" in fixed:
+            return [_row(fixed["obs"], i) for i in range(count)]
+        return [row[agent] for row in self.reference["fixed"]["obs"]]
+
+
+def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _row(value: Any, i: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _row(v, i) for k, v in value.items()}
+    row = value[i]
+    return row.tolist() if isinstance(row, np.ndarray | np.generic) else row
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+@cache
+def load_case(case_id: str) -> NewStackCase:
+    path = case_path(case_id)
+    reference = json.loads((path / "reference.json").read_text())
+    return NewStackCase(case_id, path, reference, _npz(path / "reference.npz"), _npz(path / "episode_states.npz"))
+
+
+def single_agent_ids() -> list[str]:
+    return [i for i in case_ids() if not load_case(i).multi_agent]
+
+
+def episode_ids() -> list[str]:
+    """Single-agent cases with a recorded episode (recurrent modules, frame stacks)."""
+    return [i for i in case_ids() if "episode" in load_case(i).reference and not load_case(i).multi_agent]
+
+
+def module_pairs() -> list[tuple[str, str]]:
+    """(case id, module id) for every module of every case, multi-agent ones included."""
+    return [(i, m) for i in case_ids() for m in load_case(i).module_ids]
