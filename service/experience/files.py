@@ -16,8 +16,19 @@ INCOMING = ".incoming"
 
 
 def load_parquet() -> None:
-    """Import pyarrow's Parquet writer (see ``ExperienceLog``)."""
-    import pyarrow.parquet  # noqa: F401
+    """Import pyarrow's Parquet writer and what pyarrow imports lazily at its first use (see
+    ``ExperienceLog``): the first array built from numpy imports pandas and pyarrow.compute,
+    which in the writer thread cost a second and a half of CPU under load and, imported after
+    ``gc.freeze``, left every full collection scanning pandas from then on (measured)."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    column = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(2, np.float32)), 2).cast(pa.list_(pa.float32(), 2))
+    pq.write_table(pa.table({"x": column, "s": pa.array(["a"], pa.string())}), io.BytesIO(), compression="none",
+                   use_dictionary=False, write_statistics=False)
 
 
 def write_table(table: Any, path: Path, incoming: Path) -> None:
