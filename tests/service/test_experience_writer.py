@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -161,3 +163,24 @@ def test_delayed_rewards_are_applied_by_the_reader(tmp_path):
     assert table.column("rewards").to_pylist() == [1.0, 2.0 + 5.0, -1.0]
     [episode] = reader.episodes(tmp_path, "cartpole")
     assert episode.rewards == [1.0, 7.0, -1.0]
+
+
+def test_the_writer_thread_imports_nothing_after_start(tmp_path):
+    """pyarrow imports pandas and pyarrow.compute at the first table it builds; that must
+    happen when the log starts (before gc.freeze), not in the writer thread under load."""
+    code = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from rlserve.service.experience.log import ExperienceLog
+from test_experience_writer import _episode, _model
+log = ExperienceLog(Path({str(tmp_path)!r}))
+before = set(sys.modules)
+log.writer.offer(_model(Path({str(tmp_path)!r})), _episode("a", 5))
+log.close()
+print(sorted(set(sys.modules) - before))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert _files(tmp_path, "columns") and _files(tmp_path, "episodes")
