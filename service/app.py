@@ -22,7 +22,18 @@ from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.access_log import ACCESS_KEY, AccessLog, access_asgi
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.api import act, admin, agents, bodies, docs_page, health, inference_v2, listing, sessions
+from rlserve.service.api import (
+    act,
+    admin,
+    agents,
+    bodies,
+    docs_page,
+    experience,
+    health,
+    inference_v2,
+    listing,
+    sessions,
+)
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
 from rlserve.service.errors import (
@@ -36,6 +47,7 @@ from rlserve.service.errors import (
     bounded,
     error_reply,
 )
+from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.multiagent.episodes import EpisodeService
 from rlserve.service.multiagent.route import AgentsActRoute
 from rlserve.service.multiagent.use_case import AgentsActService
@@ -86,8 +98,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     settings = settings or Settings()
     metrics = Metrics()
     repository = settings.repository or DEFAULT_MODELS
+    experience_log = ExperienceLog.from_settings(settings, metrics)
     if registry is None:
-        registry = ModelRegistry(settings, metrics, _session_store(settings, metrics))
+        registry = ModelRegistry(settings, metrics, _session_store(settings, metrics), experience_log)
         if settings.repository is not None or not (settings.checkpoints or settings.policy_sets):
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
@@ -107,6 +120,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     app.state.registry = registry
     app.state.repository = repository
     app.state.act_service = service
+    app.state.experience = experience_log
     app.state.infer_service = infer_service
     app.state.agents_service = agents_service
     app.state.episode_service = EpisodeService(registry)
@@ -119,7 +133,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
-                   agents.router, docs_page.router):
+                   agents.router, docs_page.router, experience.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -173,6 +187,8 @@ async def _lifespan(app: RLServeApp):
             task.cancel()
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
+        if app.state.experience is not None:  # the batchers stopped: write what the log holds
+            await asyncio.to_thread(app.state.experience.close)
         if app.state.registry.store is not None:
             await app.state.registry.store.close()
 

@@ -146,6 +146,18 @@ class Settings(BaseSettings):
     access_log: AccessLog = "refused"
     access_log_format: AccessLogFormat = "text"
 
+    # The experience log (docs/experience.md): what was served, written as training data in
+    # RLlib's offline Parquet forms under this folder (None: off; needs the [experience] extra).
+    experience_log: Path | None = None
+    # The fraction of episodes logged (drawn per episode) of every model; experience_models
+    # (JSON {"model": fraction}), when not empty, logs only the models it names, each at its own.
+    experience_sample: float = Field(1.0, ge=0.0, le=1.0)
+    experience_models: dict[str, float] = {}
+    experience_queue_rows: int = Field(65536, ge=1)  # transitions waiting for the writer, then dropped
+    experience_roll_s: float = Field(60.0, gt=0.0)  # the longest a row waits in memory for its file
+    experience_roll_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # or this many bytes
+    experience_flush_s: float = Field(1.0, ge=0.0)  # an ended episode is written this soon
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -192,6 +204,22 @@ class Settings(BaseSettings):
                 AgentMapping.from_json(value)
             except MappingError as exc:
                 raise ValueError(str(exc)) from exc
+        return value
+
+    @field_validator("experience_log")
+    @classmethod
+    def _experience_folder(cls, value: Path | None) -> Path | None:
+        # pyarrow missing is the start-up check's refusal (service/startup.py), as for every extra.
+        if value is None or not str(value):
+            return None
+        return value.expanduser().resolve()
+
+    @field_validator("experience_models")
+    @classmethod
+    def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, fraction in value.items():
+            if not 0.0 <= fraction <= 1.0:
+                raise ValueError(f"a fraction of episodes in [0, 1] for each model, {name!r}: {fraction}")
         return value
 
     @field_validator("admin_token")

@@ -34,6 +34,7 @@ FLAGS = {"repository": "--repository", "checkpoints": "--checkpoint", "host": "-
          "grpc_port": "--grpc-port", "log_level": "--log-level", "workers": "--workers",
          "device": "--device", "policy_sets": "--policy-set"}
 TORCH_EXTRA = ("torch", "onnx", "onnxscript")  # what exporting a checkpoint imports ([torch])
+EXPERIENCE_EXTRA = ("pyarrow", "msgpack")  # what the experience log writes with ([experience])
 _SHOWN = 60  # characters of a received value a refusal repeats
 
 
@@ -146,6 +147,10 @@ def _extras(settings: Settings, given: Collection[str]) -> list[str]:
     if settings.session_store is not None and missing(("redis",)):
         lines.append(f"{setting_name('session_store', given)}: a session store needs the redis client library "
                      "(pip install 'rlserve[redis]'); received a store URL and no redis package")
+    if settings.experience_log is not None and missing(EXPERIENCE_EXTRA):
+        lines.append(f"{setting_name('experience_log', given)}: the experience log writes Parquet, which needs the "
+                     "[experience] extra (pip install 'rlserve[experience]'); not installed: "
+                     + ", ".join(missing(EXPERIENCE_EXTRA)))
     lacking = missing(TORCH_EXTRA) if settings.checkpoints else []
     if lacking:
         from rlserve.service.serving.checkpoints import cached_export
@@ -173,12 +178,29 @@ def _paths(settings: Settings, given: Collection[str]) -> list[str]:
         if not path.exists():
             lines.append(f"{setting_name('checkpoints', given)} {spec}: expected an RLlib checkpoint directory, "
                          f"received {str(path)!r} (nothing is there)")
+    lines += _experience_folder(settings, given)
     for spec in settings.policy_sets:
         path = parse_checkpoint_arg(spec)[1]
         if not path.exists():
             lines.append(f"{setting_name('policy_sets', given)} {spec}: expected a policy set directory or a "
                          f"multi-policy RLlib checkpoint, received {str(path)!r} (nothing is there)")
     return lines
+
+
+def _experience_folder(settings: Settings, given: Collection[str]) -> list[str]:
+    """The experience log's folder must be a folder this server can write (made if missing):
+    otherwise every row would be dropped from the first request on, with nothing said at start."""
+    folder = settings.experience_log
+    if folder is None:
+        return []
+    name = setting_name("experience_log", given)
+    if folder.exists() and not folder.is_dir():
+        return [f"{name}: expected a folder to write the experience log in, received {str(folder)!r} (a file is there)"]
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [f"{name}: expected a folder this server can write, received {str(folder)!r} "
+                f"({str(existing)!r} is not writable)"]
+    return []
 
 
 def _grpc(settings: Settings, given: Collection[str]) -> list[str]:

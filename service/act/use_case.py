@@ -282,6 +282,7 @@ class ActService:
         clip = (policy.clip_default and not unsquash) if options.clip_actions is None else options.clip_actions
         if not policy.pipeline.bounds_apply:  # no float Box action: both would return the actions as they are
             unsquash = clip = False
+        step.unsquash, step.clip = unsquash, clip  # the experience log records the answered action
         return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
                         Job(step, step.rows, keys))
 
@@ -394,6 +395,11 @@ class ActService:
                 response.session_id = ids[0]
             else:
                 response.session_ids = ids
+        if step.event_ids is not None:  # the experience log recorded these rows
+            if single:
+                response.event_id = step.event_ids[0] or msgspec.UNSET
+            else:
+                response.event_ids = step.event_ids
         if accepted.debug:
             response.debug = BatchDebug(
                 batch_id=info.batch_id, batch_rows=info.rows, batch_requests=info.requests,

@@ -109,6 +109,13 @@ class ActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     unsquash_actions: bool | None = None
     outputs: list[Extra] = []
     debug: bool = False
+    # The episode ended with this observation (the environment's last one; the reward is
+    # the previous action's): what the experience log closes an episode with
+    # (rlserve.service.experience). Batch form: one flag per row.
+    terminated: bool = False
+    truncated: bool = False
+    terminateds: list[bool] | None = None
+    truncateds: list[bool] | None = None
 
 
 class BatchDebug(msgspec.Struct):
@@ -144,6 +151,10 @@ class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     session_id: str | None | msgspec.UnsetType = msgspec.UNSET
     session_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET
+    # The logged step's id (only when the experience log recorded it): a reward or a
+    # correction that arrives later names it (POST /v1/models/{name}/experience/rewards).
+    event_id: str | msgspec.UnsetType = msgspec.UNSET
+    event_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
 
 
 _DECODER = msgspec.json.Decoder(ActRequest, dec_hook=_dec_hook)
@@ -304,6 +315,7 @@ def to_rows(req: ActRequest, max_rows: int) -> Rows:
             has_prev_actions=req.prev_action is not msgspec.UNSET and req.prev_action is not None,
             has_masks=req.action_mask is not None,
             windows=None if req.window is None else [req.window],
+            ends=_ends([req.terminated], [req.truncated]) if req.terminated or req.truncated else None,
         )
     _no_single_fields(req)
     assert req.observations is not msgspec.UNSET  # `single` is False exactly when it is set
@@ -327,7 +339,15 @@ def to_rows(req: ActRequest, max_rows: int) -> Rows:
         has_prev_actions=req.prev_actions is not None,
         has_masks=req.action_masks is not None,
         windows=None if req.windows is None else _column(req.windows, n, "windows", None),
+        ends=(None if req.terminateds is None and req.truncateds is None else
+              _ends(_column(req.terminateds, n, "terminateds", False),
+                    _column(req.truncateds, n, "truncateds", False))),
     )
+
+
+def _ends(terminated: list[bool], truncated: list[bool]) -> list[int]:
+    """Per row 0 (the episode goes on), 1 (terminated) or 2 (truncated); see ``Rows.ends``."""
+    return [1 if term else 2 if trunc else 0 for term, trunc in zip(terminated, truncated, strict=True)]
 
 
 def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[Any]:
@@ -346,9 +366,10 @@ def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[A
 def _no_batch_fields(req: ActRequest) -> None:
     if (req.session_ids is None and req.episode_starts is None and req.rewards is None
             and req.prev_actions is None and req.action_masks is None and req.seeds is None
-            and req.windows is None):
+            and req.windows is None and req.terminateds is None and req.truncateds is None):
         return
-    for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows"):
+    for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows",
+                 "terminateds", "truncateds"):
         if getattr(req, name) is not None:
             raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name,
                              expected=f"'{name[:-1]}' with 'observation'", received=f"'{name}'")
@@ -356,7 +377,7 @@ def _no_batch_fields(req: ActRequest) -> None:
 
 def _no_single_fields(req: ActRequest) -> None:
     singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None,
-               "window": None, "step": None}
+               "window": None, "step": None, "terminated": False, "truncated": False}
     for name, default in singles.items():
         if getattr(req, name) != default:
             if name == "step":

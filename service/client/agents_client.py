@@ -5,8 +5,9 @@ Two layers, as for single policies (``policy_client``):
 - ``act``: one ``POST /v1/models/{name}/agents/act``, the wire format as it is.
 - The episode API: ``start_episode``, ``get_actions`` (the agents that act now, by agent
   id), ``log_returns`` (rewards by agent, summed and sent with each agent's next step),
-  ``agents_done`` (agents that finished: their state ends with the next call), and
-  ``end_episode`` (every agent's state ends; returns each agent's summed reward).
+  ``agents_done`` (agents that finished: their state ends with the next call, which also
+  sends their last observations when given, so a server's experience log closes their
+  episodes), and ``end_episode`` (every agent's state ends; returns each agent's summed reward).
 
 Retries follow ``PolicyClient``'s rules (only where a repeat cannot change what the server did).
 """
@@ -51,7 +52,8 @@ class _AgentsEpisode:
     seed: int | None
     started: bool = False
     pending_rewards: dict[str, float] = field(default_factory=dict)
-    finished: set[str] = field(default_factory=set)
+    # Agents that finished -> what their last step sends besides ``done`` (the last observation).
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     returns: dict[str, float] = field(default_factory=dict)
 
 
@@ -86,7 +88,7 @@ class AgentsClient:
             episode_start: bool = False, episode_end: bool = False, seed: int | None = None,
             explore: bool | None = None, outputs: Sequence[str] | None = None) -> AgentsResult:
         """One step: ``agents`` maps each agent id to its step (``observation``, and optionally
-        ``action_mask``, ``reward``, ``prev_action``, ``done``)."""
+        ``action_mask``, ``reward``, ``prev_action``, ``done``, ``truncated``)."""
         body: dict[str, Any] = {"agents": {agent: dict(step) for agent, step in agents.items()}}
         for key, value in (("episode_id", episode_id), ("seed", seed), ("outputs", list(outputs or []) or None)):
             if value is not None:
@@ -118,8 +120,8 @@ class AgentsClient:
         reported done since the last call finish with it."""
         episode = self._episode(episode_id)
         agents: dict[str, dict[str, Any]] = {}
-        for agent in episode.finished:
-            agents[agent] = {"done": True, **self._reward(episode, agent)}
+        for agent, last in episode.finished.items():
+            agents[agent] = {"done": True, **last, **self._reward(episode, agent)}
         for agent, observation in observations.items():
             step: dict[str, Any] = {"observation": observation, **self._reward(episode, agent)}
             if action_masks is not None and action_masks.get(agent) is not None:
@@ -138,18 +140,30 @@ class AgentsClient:
             episode.pending_rewards[agent] = episode.pending_rewards.get(agent, 0.0) + float(reward)
             episode.returns[agent] = episode.returns.get(agent, 0.0) + float(reward)
 
-    def agents_done(self, episode_id: str, agent_ids: Iterable[str]) -> None:
-        """These agents finished (terminated or truncated): their state ends with the next call."""
-        self._episode(episode_id).finished.update(agent_ids)
+    def agents_done(self, episode_id: str, agent_ids: Iterable[str], *,
+                    observations: Mapping[str, Any] | None = None, truncated: bool = False) -> None:
+        """These agents finished: their state ends with the next call.
 
-    def end_episode(self, episode_id: str) -> dict[str, float]:
-        """End the episode on the server (every agent's state); returns each agent's summed reward."""
+        ``observations`` (by agent id) are their last observations: the next call sends them
+        with the rewards logged since, so the server's experience log closes each agent's
+        episode there, as terminated, or truncated with ``truncated=True`` (a time limit).
+        """
+        _finish(self._episode(episode_id), agent_ids, observations, truncated)
+
+    def end_episode(self, episode_id: str, observations: Mapping[str, Any] | None = None, *,
+                    truncated: bool = False) -> dict[str, float]:
+        """End the episode on the server (every agent's state); returns each agent's summed reward.
+
+        ``observations`` are the last observations of agents still playing (as in ``agents_done``).
+        """
         episode = self._episodes.pop(episode_id, None)
         if episode is None:
             raise SessionNotFoundError(f"episode {episode_id!r} is not open", field="episode_id",
                                        received=episode_id)
+        if observations:
+            _finish(episode, observations, observations, truncated)
         if episode.started:
-            done = {agent: {"done": True, **self._reward(episode, agent)}
+            done = {agent: {"done": True, **episode.finished.get(agent, {}), **self._reward(episode, agent)}
                     for agent in {*episode.finished, *episode.pending_rewards}}
             if done:
                 self.act(done, episode_id=episode_id, episode_end=True)
@@ -168,3 +182,15 @@ class AgentsClient:
     def _reward(episode: _AgentsEpisode, agent: str) -> dict[str, float]:
         reward = episode.pending_rewards.pop(agent, None)
         return {} if reward is None else {"reward": reward}
+
+
+def _finish(episode: _AgentsEpisode, agent_ids: Iterable[str], observations: Mapping[str, Any] | None,
+            truncated: bool) -> None:
+    """Note finished agents, with their last observations where given."""
+    for agent in agent_ids:
+        last: dict[str, Any] = {}
+        if observations is not None and agent in observations:
+            last["observation"] = observations[agent]
+            if truncated:
+                last["truncated"] = True
+        episode.finished[agent] = last

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -94,14 +95,25 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
     returns, lengths = [0.0] * n, [0] * n
     rewards: list[float | None] = [None] * n
     done = [False] * n
-    for step in range(max_steps):
+    # 1 terminated, 2 truncated: the next call sends the episode's last observation (with
+    # its reward and the flag, so the server's experience log closes the episode), then
+    # the session ends; that call's action is not played.
+    ending = [0] * n
+    for step in range(max_steps + 1):
         live = [i for i in range(n) if not done[i]]
         if not live:
             break
+        if step == max_steps:  # the runner's own step limit truncates what is still running
+            if not sessions:
+                break
+            ending = [e or 2 for e in ending]
         rows = [_jsonable(observations[i]) for i in live]
         if not sessions:
             result = client.act_batch(rows, explore=explore)
         else:
+            ends: dict[str, Any] = {"terminateds": [ending[i] == 1 for i in live],
+                                    "truncateds": [ending[i] == 2 for i in live]} \
+                if any(ending[i] for i in live) else {}
             result = client.act_batch(
                 rows,
                 session_ids=[session_ids[i] for i in live],
@@ -110,14 +122,21 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
                 # Seed once per episode; re-seeding at every reset would repeat the same draws.
                 seeds=[seeds[i] if step == 0 else None for i in live],
                 explore=explore,
+                **ends,
             )
         for i, action in zip(live, result.actions, strict=True):
+            if ending[i]:
+                done[i] = True
+                if sessions:
+                    client.end_session(session_ids[i])
+                continue
             observations[i], reward, terminated, truncated, _ = envs[i].step(action)
             rewards[i] = float(reward)
             returns[i] += float(reward)
             lengths[i] += 1
             if terminated or truncated:
-                done[i] = True
                 if sessions:
-                    client.end_session(session_ids[i])
+                    ending[i] = 1 if terminated else 2
+                else:  # no server episode to close
+                    done[i] = True
     return returns, lengths

@@ -5,8 +5,9 @@ observations, rewards, terminations, truncations, infos by agent; ``env.agents``
 still playing) is the standard interface of simultaneous-move multi-agent environments. Each
 environment step is one ``AgentsClient.get_actions`` call for the agents still playing; the
 server maps each to its policy and keeps each agent's state for the whole episode. Agents
-that terminate or truncate finish (their state ends) with the next call; the episode ends
-when no agent is left. An action mask travels inside a Dict observation (RLlib's
+that terminate or truncate finish (their state ends) with the next call, which sends their
+last observation and reward (a server's experience log closes their episodes with it); the
+episode ends when no agent is left. An action mask travels inside a Dict observation (RLlib's
 ``action_mask`` convention), which the server reads there.
 """
 
@@ -37,6 +38,7 @@ def play_parallel_episode(client: AgentsClient, env: Any, *, seed: int | None = 
     episode_id = client.start_episode(seed=seed)
     taken: list[dict[str, Any]] = []
     steps = 0
+    cut: dict[str, Any] = {}  # agents still playing at max_steps: their episodes are truncated there
     try:
         while env.agents and steps < max_steps:
             playing = {agent: _jsonable(observations[agent]) for agent in env.agents}
@@ -44,11 +46,14 @@ def play_parallel_episode(client: AgentsClient, env: Any, *, seed: int | None = 
             taken.append(actions)
             observations, rewards, terminations, truncations, _ = env.step(actions)
             client.log_returns(episode_id, rewards)
-            client.agents_done(episode_id, [agent for agent in rewards
-                                            if terminations.get(agent) or truncations.get(agent)])
+            last = {agent: _jsonable(obs) for agent, obs in observations.items()}
+            client.agents_done(episode_id, [a for a in rewards if terminations.get(a)], observations=last)
+            client.agents_done(episode_id, [a for a in rewards if truncations.get(a) and not terminations.get(a)],
+                               observations=last, truncated=True)
             steps += 1
+        cut = {agent: _jsonable(observations[agent]) for agent in env.agents if agent in observations}
     finally:
-        returns = client.end_episode(episode_id)
+        returns = client.end_episode(episode_id, cut, truncated=True)
     return MultiAgentEpisode(returns, steps, taken)
 
 

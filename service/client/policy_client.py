@@ -127,6 +127,12 @@ class _Base:
                          action_mask=action_mask, seed=None, outputs=outputs, extra=None)
         return body
 
+    def _final_act_body(self, episode_id: str, observation: Any, truncated: bool) -> dict[str, Any]:
+        """The episode's last observation, with its pending reward and how it ended."""
+        body = self._episode_act_body(episode_id, observation, None, None)
+        body["truncated" if truncated else "terminated"] = True
+        return body
+
     def _after_episode_act(self, episode_id: str) -> None:
         episode = self._episodes[episode_id]
         episode.pending_reward = None
@@ -281,8 +287,15 @@ class PolicyClient(_Base):
         """Add ``reward`` to the episode's pending reward (sent with the next observation) and its total."""
         self._log_returns(episode_id, reward)
 
-    def end_episode(self, episode_id: str) -> float:
-        """End the episode's server session; returns the episode's total logged reward."""
+    def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
+        """End the episode's server session; returns the episode's total logged reward.
+
+        With the episode's last ``observation``, send it first (with the pending reward,
+        marked terminated, or truncated with ``truncated=True``), so the server's
+        experience log closes the episode; that call's action is not played.
+        """
+        if observation is not _UNSET:
+            self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)
         self.end_session(episode.session_id)
         return episode.total_reward
@@ -407,11 +420,13 @@ class AsyncPolicyClient(_Base):
         """
         self._log_returns(episode_id, reward)
 
-    async def end_episode(self, episode_id: str) -> float:
+    async def end_episode(self, episode_id: str, observation: Any = _UNSET, *, truncated: bool = False) -> float:
         """Awaitable: end the episode's server session; returns the episode's total logged reward.
 
         Arguments, result and errors as ``PolicyClient.end_episode``.
         """
+        if observation is not _UNSET:
+            await self._request("POST", self._act_path, json=self._final_act_body(episode_id, observation, truncated))
         episode = self._close_episode(episode_id)
         await self.end_session(episode.session_id)
         return episode.total_reward

@@ -44,6 +44,7 @@ class EpisodePlan:
     seed: int | None = None
     joins: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent -> (policy, session id)
     finishing: list[str] = field(default_factory=list)
+    closing: list[str] = field(default_factory=list)  # done with a last observation: end after the step
     ended: bool = False
 
     @property
@@ -80,11 +81,16 @@ class EpisodePlan:
         if self._seated(agent_id) is not None:
             self.finishing.append(agent_id)
 
+    def close_after(self, agent_id: str) -> None:
+        """The agent sends its last observation: its state ends once this step is answered."""
+        if self.id is not None:
+            self.closing.append(agent_id)
+
     def check_finishing(self, registry: ModelRegistry) -> None:
         """Under an external store, a step that changes the seats first reads the episode
         again, and the sessions of finishing agents are read before anything changes
         (``SessionMiss`` for each), so that ending them below needs no wait."""
-        if self.episode is not None and (self.joins or self.finishing or self.restart):
+        if self.episode is not None and (self.joins or self.finishing or self.closing or self.restart):
             self.served.episodes.require_fresh(self.episode)
         for agent_id in self.finishing:
             seat = self._seated(agent_id)
@@ -119,9 +125,10 @@ class EpisodePlan:
                 end_agent_session(registry, self.served, left)
         self.episode.inflight += 1
 
-    def settle(self, registry: ModelRegistry, ended: bool) -> Awaitable[None] | None:
-        """The request's batches are over: unpin the episode; at its end, end every agent's
-        state. Returns the external store's write of the changed record, if there is one."""
+    def settle(self, registry: ModelRegistry, ended: bool, answered: bool = True) -> Awaitable[None] | None:
+        """The request's batches are over: unpin the episode; once ``answered``, end the state
+        of the agents that sent their last observation; at its end, every agent's. Returns the
+        external store's write of the changed record, if there is one."""
         episode = self.episode
         if episode is None:
             return None
@@ -129,6 +136,10 @@ class EpisodePlan:
         episode.inflight -= 1
         episode.steps += 1
         store.touch(episode)
+        for agent_id in self.closing if answered else ():
+            left = episode.leave(agent_id)
+            if left is not None:
+                end_agent_session(registry, self.served, left)
         if ended:
             for seat in episode.seats.values():
                 end_agent_session(registry, self.served, seat)

@@ -31,7 +31,7 @@ from rlserve.service.act.use_case import Accepted, ActService, Checked, response
 from rlserve.service.act.wire import ActResponse
 from rlserve.service.errors import BadRequest, ServiceError, SessionConflict, SessionExpired, as_service_error
 from rlserve.service.multiagent.episode_plan import EpisodePlan, plan_episode
-from rlserve.service.multiagent.wire import AgentsActRequest, decode_agents_request
+from rlserve.service.multiagent.wire import AgentsActRequest, AgentStep, decode_agents_request
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.sessions.base import LOADS, SessionMiss, after_loading_all
@@ -57,6 +57,7 @@ class _Part:
     prev_actions: list[Any] = field(default_factory=list)
     masks: list[Any] = field(default_factory=list)
     seeds: list[int | None] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # per row: 0, or how the agent's last observation ended it
     checked: Checked | None = None
     accepted: Accepted | None = None
 
@@ -65,7 +66,8 @@ class _Part:
                     self.masks, self.seeds, has_sessions=stateful,
                     has_rewards=any(r is not None for r in self.rewards),
                     has_prev_actions=any(a is not msgspec.UNSET for a in self.prev_actions),
-                    has_masks=any(m is not None for m in self.masks))
+                    has_masks=any(m is not None for m in self.masks),
+                    ends=self.ends if any(self.ends) else None, agents=self.agents, module_id=self.policy_id)
 
 
 @dataclass(slots=True)
@@ -136,11 +138,14 @@ class AgentsActService:
         for agent_id, step in req.agents.items():
             validate_agent_id(agent_id, "agents")
             policy_id = episode.policy_of(agent_id) or self._map(served, agent_id)
+            end = _end_of(agent_id, step)
             if step.done:
                 done[agent_id] = policy_id
-                episode.finish(agent_id)
-                continue
-            if step.observation is msgspec.UNSET:
+                if step.observation is msgspec.UNSET:
+                    episode.finish(agent_id)
+                    continue
+                episode.close_after(agent_id)  # its last observation is a row; its state ends after it
+            elif step.observation is msgspec.UNSET:
                 raise BadRequest(f"agents.{agent_id}.observation is required unless the agent is done",
                                  field=f"agents.{agent_id}.observation", expected="the agent's observation",
                                  received=None)
@@ -156,6 +161,7 @@ class AgentsActService:
             part.prev_actions.append(step.prev_action)
             part.masks.append(step.action_mask)
             part.seeds.append(seed)
+            part.ends.append(end)
         extras = frozenset(req.outputs)
         for part in parts.values():
             try:
@@ -212,7 +218,8 @@ class AgentsActService:
     def _finish(self, plan: _Plan, answers: list[ActResponse | None], error: ServiceError | None,
                 reply: Reply) -> None:
         try:
-            saving = plan.episode.settle(self.registry, ended=error is None and plan.req.episode_end)
+            saving = plan.episode.settle(self.registry, ended=error is None and plan.req.episode_end,
+                                         answered=error is None)
         except Exception as exc:  # the client gets an answer whatever went wrong
             reply(None, as_service_error(exc, log, "agents act: settling the episode failed"))
             return
@@ -242,11 +249,14 @@ class AgentsActService:
             assert answer is not None and isinstance(answer.actions, list)
             actions, logp = answer.actions, answer.logp
             extras = [(name, values) for name in _EXTRAS if isinstance(values := getattr(answer, name), list)]
+            event_ids = answer.event_ids if isinstance(answer.event_ids, list) else None  # the experience log's
             policy_id = part.policy_id
             for row, agent_id in enumerate(part.agents):
                 one = {"policy": policy_id, "action": actions[row], "logp": logp[row] if logp is not None else None}
                 for name, values in extras:
                     one[name] = values[row]
+                if event_ids is not None and event_ids[row] is not None:
+                    one["event_id"] = event_ids[row]
                 by_agent[agent_id] = one
         for agent_id, policy_id in plan.done.items():
             by_agent[agent_id] = {"policy": policy_id, "done": True}
@@ -269,6 +279,18 @@ async def _after(saving: Any, payload: bytes, reply: Reply) -> None:
 
 
 _EXTRAS = ("value", "entropy", "dist_inputs", "q_values", "raw_action")
+
+
+def _end_of(agent_id: str, step: AgentStep) -> int:
+    """How the agent's row ends its episode (``Rows.ends``): 0 it goes on, 1 terminated, 2
+    truncated (a ``done`` agent's last observation)."""
+    if step.truncated and (not step.done or step.observation is msgspec.UNSET):
+        raise BadRequest(f"agents.{agent_id}.truncated says how the agent's last observation ended its episode",
+                         field=f"agents.{agent_id}.truncated", expected="'truncated' with 'done' and 'observation'",
+                         received=True)
+    if not step.done or step.observation is msgspec.UNSET:
+        return 0
+    return 2 if step.truncated else 1
 
 
 _COLUMN = re.compile(r"^(observations|action_masks|rewards|prev_actions|session_ids|seeds|episode_starts|windows)"

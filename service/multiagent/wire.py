@@ -9,7 +9,7 @@ the action the environment took instead of the served one, and its ``done`` flag
 
 The answer has per agent the action, its logp, the extras asked for in ``outputs`` and the
 policy that answered; an agent sent with ``done: true`` answers ``{"policy": ..., "done": true}``
-and its state ends.
+and its state ends (after its step, when it was sent with its last observation).
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ class AgentStep(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     # The action the environment took at this agent's previous step, when not the served one.
     prev_action: Any = msgspec.UNSET
     # The agent finished (terminated or truncated): no action; its state in the episode ends.
+    # With an ``observation`` (the agent's last one, and the ``reward`` that came with it),
+    # the step is run and its state ends once it is answered: the experience log closes the
+    # agent's episode with it, as terminated, or truncated with ``truncated``.
     done: bool = False
+    truncated: bool = False  # with ``done`` and an observation: cut (a time limit), not terminated
 
 
 class AgentsActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -64,6 +68,9 @@ class AgentAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
     dist_inputs: Any = msgspec.UNSET
     q_values: Any = msgspec.UNSET
     raw_action: Any = msgspec.UNSET
+    # The step's id in the experience log (for delayed rewards, at the member model's
+    # ``/v1/models/<set>.<policy>/experience/rewards``); only where the log recorded it.
+    event_id: Any = msgspec.UNSET
     done: bool = False
 
 

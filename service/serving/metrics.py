@@ -127,6 +127,17 @@ class Metrics:
         self.session_conflicts_total = Counter(
             "rlserve_session_conflicts_total", "Requests refused with 409 because their sessions changed "
             "elsewhere while they ran (the compare-and-set write lost)", registry=self.registry)
+        # The experience log (rlserve.service.experience reports these, from its writer thread too).
+        self.experience_rows_total = Counter(
+            "rlserve_experience_rows_total", "Rows the experience log wrote, by form (columns: transitions, "
+            "episodes: episode segments, rewards: delayed rewards)", ["form"], registry=self.registry)
+        self.experience_dropped_total = Counter(
+            "rlserve_experience_dropped_total", "Rows the experience log dropped instead of slowing or failing "
+            "a request (queue_full: the writer fell behind; write_failed: the disk refused the file)",
+            ["reason"], registry=self.registry)
+        self.experience_unfinished_total = Counter(
+            "rlserve_experience_unfinished_total", "Logged episodes restarted before the client sent their last "
+            "observation (terminated or truncated): their last step is not in the log", registry=self.registry)
         self._cache_hit = self.session_cache_total.labels("hit")
         self._cache_miss = self.session_cache_total.labels("miss")
         self._route_children: dict[tuple[str, str], _Child] = {}
@@ -186,6 +197,15 @@ class Metrics:
 
     def session_conflicts(self, count: int) -> None:
         self.session_conflicts_total.inc(count)
+
+    def experience_written(self, form: str, count: int) -> None:
+        self.experience_rows_total.labels(form).inc(count)
+
+    def experience_dropped(self, reason: str, count: int) -> None:
+        self.experience_dropped_total.labels(reason).inc(count)
+
+    def experience_unfinished(self, count: int) -> None:
+        self.experience_unfinished_total.inc(count)
 
     def error(self, code: str, status: int) -> None:
         self.errors.labels(code, str(status)).inc()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
+from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.metrics import Metrics
@@ -55,10 +56,12 @@ class ModelEntry:
 
 
 class ModelRegistry:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, store: RedisSessions | None = None):
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, store: RedisSessions | None = None,
+                 experience: ExperienceLog | None = None):
         self.settings = settings
         self.metrics = metrics
         self.store = store  # the external session store (None: sessions live in this process)
+        self.experience = experience  # the experience log, attached to every version added
         self.entries: dict[str, ModelEntry] = {}
         # Policy sets by name (multi-agent); their members are ordinary entries ``<set>.<policy_id>``.
         self.sets: dict[str, ServedPolicySet] = {}
@@ -136,6 +139,8 @@ class ModelRegistry:
         entry.versions[policy.version] = policy
         entry.sessions.add(policy.version, policy.sessions)
         entry.current = policy.version
+        if self.experience is not None:
+            self.experience.attach(policy)
         log.info("serving %s (runtime %s)", policy.key, policy.runtime.describe())
 
     async def remove(self, name: str, version: str | None = None) -> list[str]:

@@ -20,10 +20,14 @@ retried step. Format 1, little-endian unless noted::
     40      16     PCG64 state (u128)
     56      16     PCG64 increment (u128)
     72      4      PCG64 spare u32
-    76      4      reserved (0)
+    76      4      L, the length of the experience log's open step (0: none; a record
+                   written before the log existed has 0 here)
     80      V      version, UTF-8
     80+V    P      each tensor row in ``SessionLayout`` order, C order, its own dtype
     80+V+P  R      the kept answer (msgpack, see ``rlserve.service.step.batch``)
+    ...+R   L      the experience log's open step (opaque here, see
+                   ``rlserve.service.experience.trail``): whichever replica serves the
+                   next step closes it
 
 For an LSTM(256) the tensors are 2,048 bytes and a record 2,128 plus the version and
 any kept answer. A batch's records are built with one numpy matrix (no per-session
@@ -46,7 +50,7 @@ FORMAT = 1
 HEADER = np.dtype([
     ("revision", ">u8"), ("format", "u1"), ("flags", "u1"), ("version_len", "<u2"), ("steps", "<u4"),
     ("seed", "<u8"), ("created", "<f8"), ("digest", "<u4"), ("answer_len", "<u4"),
-    ("rng", "u1", (36,)), ("reserved", "<u4"),
+    ("rng", "u1", (36,)), ("trail_len", "<u4"),
 ])
 HEADER_BYTES = HEADER.itemsize  # 80
 REVISION_BYTES = 8
@@ -71,6 +75,7 @@ class SessionRecord:
     created: float
     rows: list[np.ndarray]
     answer: bytes | None
+    trail: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,11 @@ class SessionLayout:
     # ------------------------------------------------------------------ encode
 
     def encode(self, headers: np.ndarray, version: str, rows: Sequence[np.ndarray],
-               answers: Sequence[bytes | None] | None = None) -> list[bytes]:
+               answers: Sequence[bytes | None] | None = None,
+               trails: Sequence[bytes | None] | None = None) -> list[bytes]:
         """One record per entry of ``headers`` (K,) ``HEADER``; ``rows`` holds each part's
-        rows (K, *shape); ``answers`` the kept answers (None: none)."""
+        rows (K, *shape); ``answers`` the kept answers, ``trails`` the log's open steps
+        (None: none)."""
         count = len(headers)
         version_bytes = version.encode()
         headers["format"] = FORMAT
@@ -112,6 +119,8 @@ class SessionLayout:
         headers["digest"] = self.digest
         if answers is not None:
             headers["answer_len"] = [0 if a is None else len(a) for a in answers]
+        if trails is not None:
+            headers["trail_len"] = [0 if t is None else len(t) for t in trails]
         fixed = HEADER_BYTES + len(version_bytes)
         matrix = np.empty((count, fixed + self.payload_bytes), np.uint8)
         matrix[:, :HEADER_BYTES] = headers.view(np.uint8).reshape(count, HEADER_BYTES)
@@ -124,6 +133,8 @@ class SessionLayout:
         records = [row.tobytes() for row in matrix]
         if answers is not None:
             records = [r if a is None else r + a for r, a in zip(records, answers, strict=True)]
+        if trails is not None:
+            records = [r if t is None else r + t for r, t in zip(records, trails, strict=True)]
         return records
 
     # ------------------------------------------------------------------ decode
@@ -134,8 +145,8 @@ class SessionLayout:
         if int(header["digest"]) != self.digest:
             raise RecordError(f"the record's tensors do not fit this model: expected layout {self.description}")
         fixed = HEADER_BYTES + int(header["version_len"])
-        answer_len = int(header["answer_len"])
-        expected = fixed + self.payload_bytes + answer_len
+        answer_len, trail_len = int(header["answer_len"]), int(header["trail_len"])
+        expected = fixed + self.payload_bytes + answer_len + trail_len
         if len(data) != expected:
             raise RecordError(f"a record of this model is {expected} bytes long; got {len(data)}")
         rows, offset = [], fixed
@@ -152,7 +163,8 @@ class SessionLayout:
             rng=_rng_from(header["rng"].tobytes(), flags) if flags & HAS_RNG else None,
             created=float(header["created"]),
             rows=rows,
-            answer=bytes(data[offset:]) if answer_len else None,
+            answer=bytes(data[offset:offset + answer_len]) if answer_len else None,
+            trail=bytes(data[offset + answer_len:]) if trail_len else None,
         )
 
 
@@ -227,4 +239,6 @@ def encode_sessions(layout: SessionLayout, version: str, sessions: Sequence[Any]
         if session.rng is not None:
             set_generator(headers, index, session.rng)
     answers = [s.answer for s in sessions]
-    return layout.encode(headers, version, rows, answers if any(a is not None for a in answers) else None)
+    trails = [None if s.trail is None else bytes(s.trail) for s in sessions]
+    return layout.encode(headers, version, rows, answers if any(a is not None for a in answers) else None,
+                         trails if any(t is not None for t in trails) else None)

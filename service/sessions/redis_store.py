@@ -295,6 +295,7 @@ class CachedSessionStore(SessionStore):
             self.slabs.put_rows(np.array([session.slot]), [row[None] for row in record.rows])
         session.revision, session.persisted = record.revision, True
         session.steps, session.seed, session.rng, session.answer = record.steps, record.seed, record.rng, record.answer
+        session.trail = record.trail
         return None
 
     async def commit(self, groups: list[list[Session]]) -> list[ServiceError | None]:

@@ -16,6 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import SupportsBytes
 
 import numpy as np
 
@@ -62,6 +63,10 @@ class Session:
     revision: int = 0
     persisted: bool = False
     fresh: bool = False
+    # The experience log's open step of this episode (``rlserve.service.experience.trail``):
+    # bytes, or an object that is its bytes (``bytes(trail)``), written in the session's
+    # record so that it travels to whichever replica serves the next step.
+    trail: SupportsBytes | None = None
 
 
 class SessionStore:
@@ -297,7 +302,8 @@ class SessionStore:
         now = self.clock()
         session = Session(session_id, slot, record.seed, record.rng,
                           created=now - max(0.0, time.time() - record.created),
-                          last_used=now, steps=record.steps, version=self.version, answer=record.answer)
+                          last_used=now, steps=record.steps, version=self.version, answer=record.answer,
+                          trail=record.trail)
         self._sessions[session_id] = session
         self._tombstones.pop(session_id, None)
         return session

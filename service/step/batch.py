@@ -14,7 +14,7 @@ any answer goes out).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -34,6 +34,13 @@ from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
 
 _DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
+
+
+class Recorder(Protocol):
+    """What the batch step feeds the experience log (``rlserve.service.experience.recorder``)."""
+
+    def record(self, steps: list[Step], results: list[StepOutput], *, emit: bool) -> None: ...
+    def emit(self, steps: list[Step], stands: list[bool]) -> None: ...
 
 
 class BatchOutput:
@@ -123,6 +130,9 @@ class BatchStep:
         # The running batch's sessions were not yet confirmed by the external store (see
         # ``before_batch``); batches of one version never overlap.
         self._unconfirmed = False
+        # The experience log's recorder (``rlserve.service.experience.recorder``) when it
+        # records this model: fed the session rows of every batch, after it acted.
+        self.recorder: Recorder | None = None
 
     def run(self, steps: list[Step]) -> list[Any]:
         """One result per step: its ``StepOutput``; for a step index that does not fit the
@@ -161,6 +171,10 @@ class BatchStep:
             self._scatter(outputs, slots, actions)
         results = self._split(steps, actions, logp, entropy, outputs["value"] if wants_value else None, dist_inputs)
         self._advance(steps, results)
+        if self.recorder is not None:
+            # Before an external store writes the sessions (their records carry the open
+            # step); its transitions go out once no commit can refuse them (``after_batch``).
+            self.recorder.record(steps, results, emit=not self.sessions.durable)
         return results
 
     def _begin(self, steps: list[Step]) -> None:
@@ -230,6 +244,9 @@ class BatchStep:
         except BaseException:
             self.sessions.discard([s for step in steps for s in _session_group(step)])
             raise
+        if self.recorder is not None:
+            self.recorder.emit(steps, [isinstance(r, StepOutput) and e is None
+                                       for r, e in zip(results, errors, strict=True)])
         return [result if error is None else error for result, error in zip(results, errors, strict=True)]
 
     async def _confirm(self, steps: list[Step], results: list[Any], run: RunFn) -> list[Any]:

@@ -57,6 +57,19 @@ class Step:
 
     rows: int = 0  # n, set from obs
     obs_row: list[float] | None = None  # a validated plain Box row, converted with its batch
+    # For the experience log (rlserve.service.experience), only where it records this model:
+    # the observations as decoded, before preprocessing (None: ``obs_row`` is the row);
+    # which rows end their episode (``Rows.ends``); which agent and policy of a policy set
+    # the rows are (``Rows.agents``, ``Rows.module_id``); how the answer's action is made
+    # from the sample; and, once logged, each row's event id.
+    raw_obs: Any = None
+    ends: list[int] | None = None
+    agents: list[str] | None = None
+    module_id: str | None = None
+    unsquash: bool = False
+    clip: bool = False
+    event_ids: list[str | None] | None = None
+    closed: list[Any] | None = None  # the transitions this request closed, until its answer stands
 
 
 class Preparer:
@@ -69,6 +82,7 @@ class Preparer:
         self.default_explore = default_explore
         self.mask_layout = masks.mask_layout(pipeline.dist_spec)
         self.window_layout = window_layout
+        self.keep_raw = False  # the experience log records this model: keep ``Step.raw_obs``
         # A Q-policy (DQN's q_model): takes a request's epsilon and returns its Q-values.
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         obs_space = pipeline.obs_space
@@ -139,6 +153,9 @@ class Preparer:
                 prev_actions=self._reported_actions(rows) if rows.has_prev_actions else None,
                 mask=self._masks(rows, []) if rows.has_masks else None,
                 rows=1,
+                ends=rows.ends,
+                agents=rows.agents,
+                module_id=rows.module_id,
             )
         decoded: list[Any] | np.ndarray
         if rows.decoded:
@@ -162,6 +179,10 @@ class Preparer:
             prev_actions=self._reported_actions(rows) if rows.has_prev_actions else None,
             mask=self._masks(rows, decoded) if rows.has_masks or self.mask_in_obs else None,
             rows=n,
+            raw_obs=decoded if self.keep_raw else None,
+            ends=rows.ends,
+            agents=rows.agents,
+            module_id=rows.module_id,
         )
 
     def _decode_block(self, block: np.ndarray) -> np.ndarray:

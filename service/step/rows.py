@@ -32,6 +32,14 @@ class Rows:
     has_masks: bool = True
     decoded: bool = False
     windows: list[Any] | None = None  # trajectory windows sent by stateless rows (None where not sent)
+    # Per row: the episode ends with this observation, 1 terminated, 2 truncated, 0 not
+    # (None: no row ends one). Only the experience log reads it.
+    ends: list[int] | None = None
+    # A policy set's part (``rlserve.service.multiagent``): each row's agent id, and the policy
+    # id of the set that answers them (None: a single-agent request). Only the experience log
+    # reads them.
+    agents: list[str] | None = None
+    module_id: str | None = None
 
     def __len__(self) -> int:
         return len(self.observations)

@@ -49,3 +49,23 @@ def test_rock_paper_scissors_episodes_play_to_the_end_and_replay_with_a_seed() -
         sessions = httpx.get(f"{url}/v1/models/rps").json()["episodes"]
         assert sessions["active"] == 0
 
+
+
+def test_the_experience_log_writes_each_player_as_an_episode_of_its_policy(tmp_path) -> None:
+    """With the log on, each player's episode is in its own policy's folder, whole, truncated
+    as PettingZoo said, with its agent and module id: the runner sent every last observation."""
+    from rlserve.service.experience import reader
+
+    case = case_path(multi_agent_case_ids()[0])
+    args = ["--policy-set", f"rps={case / 'checkpoint'}", "--map", "player_0=p0", "--map", "player_1=p1"]
+    log = tmp_path / "log"
+    with running_server(args, {"RLSERVE_EXPERIENCE_LOG": str(log)}) as url, \
+            AgentsClient(url, "rps", explore=True) as client:
+        played = play_parallel_episodes(client, _env, 2, seed=7, env_seed=0)
+    # The server stopped (SIGTERM): its shutdown wrote what the log held.
+    for player, policy in (("player_0", "p0"), ("player_1", "p1")):
+        episodes = reader.episodes(log, f"rps.{policy}")
+        assert [(e.agent_id, e.module_id) for e in episodes] == [(player, policy)] * 2
+        assert all(e.whole and e.is_truncated and not e.is_terminated and len(e) == 15 for e in episodes)
+        assert sorted(e.episode_return for e in episodes) == pytest.approx(
+            sorted(p.returns[player] for p in played))

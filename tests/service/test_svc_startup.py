@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlserve.service import server
+from rlserve.service import server, startup
 from rlserve.service.startup import StartRefused, check_start, load_settings
 
 
@@ -49,3 +49,23 @@ def test_a_failed_start_is_one_line_unless_the_traceback_is_asked_for(monkeypatc
         server.serve_main(["--port", "0", "--traceback"])
     with pytest.raises(RuntimeError, match="the disk is full"):
         server.serve_main(["--port", "0", "--log-level", "debug"])
+
+
+def test_an_experience_log_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    settings = load_settings({"experience_log": blocker})
+    with pytest.raises(StartRefused) as info:
+        check_start(settings, given=set())
+    assert info.value.lines == [f"RLSERVE_EXPERIENCE_LOG: expected a folder to write the experience log in, "
+                                f"received {str(blocker)!r} (a file is there)"]
+    monkeypatch.setattr(startup, "missing", lambda modules: [m for m in modules if m == "pyarrow"])
+    with pytest.raises(StartRefused) as info:
+        check_start(load_settings({"experience_log": tmp_path / "log"}), given=set())
+    (line,) = info.value.lines
+    assert line.startswith("RLSERVE_EXPERIENCE_LOG: the experience log writes Parquet") and line.endswith("pyarrow")
+    monkeypatch.setenv("RLSERVE_EXPERIENCE_MODELS", '{"cartpole": 2}')
+    with pytest.raises(StartRefused) as info:
+        load_settings({})
+    assert info.value.lines == ["RLSERVE_EXPERIENCE_MODELS: expected a fraction of episodes in [0, 1] for each "
+                                "model, 'cartpole': 2.0, received '{\"cartpole\": 2}'"]

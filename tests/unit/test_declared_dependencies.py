@@ -11,7 +11,8 @@ must be declared where the importing file is installed:
   (``TORCH_SIDE``) may also use the ``torch`` extra, and nothing else may, since the
   server runs without torch when it serves ONNX bundles; likewise only the external
   session store (``REDIS_SIDE``) may use the ``redis`` extra (sessions in-process need none),
-  and only the gRPC service (``GRPC_SIDE``) the ``grpc`` extra;
+  only the gRPC service (``GRPC_SIDE``) the ``grpc`` extra, and only the experience log
+  (``EXPERIENCE_SIDE``) the ``experience`` extra;
 - tests/ and scripts/: the ``test`` extra (which includes ``rlserve[torch]``) and the core.
 """
 
@@ -55,10 +56,15 @@ TORCH_SIDE = (
 REDIS_SIDE = ("service/sessions/redis_client.py", "service/startup.py")
 # The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
 GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
+# The experience log's Parquet side (imported only when RLSERVE_EXPERIENCE_LOG is set, and by
+# `rlserve experience`).
+EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
+                   "scripts/record_rllib_offline_schema.py": {"ray"},
+                   "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"},
                    # dm-tree and msgpack-numpy come with ray's rllib extra
                    "scripts/record_newstack_cases.py": {"ray", "tree", "msgpack_numpy"}}
 
@@ -156,6 +162,8 @@ def _allowed(rel: str) -> tuple[set[str], str]:
         return declared("", "redis"), "the core or the 'redis' extra"
     if any(fnmatch.fnmatch(rel, pattern) for pattern in GRPC_SIDE):
         return declared("", "grpc"), "the core or the 'grpc' extra"
+    if any(fnmatch.fnmatch(rel, pattern) for pattern in EXPERIENCE_SIDE):
+        return declared("", "experience"), "the core or the 'experience' extra"
     return declared(""), "[project] dependencies"
 
 
@@ -163,7 +171,8 @@ def test_every_third_party_import_is_declared():
     modules = importlib.metadata.packages_distributions()
     own, helpers = own_top_level_names(), _helper_names()
     runtime_files = [p.relative_to(REPO).as_posix() for p in _files(RUNTIME_TREES)]
-    stale = [pat for pat in TORCH_SIDE + REDIS_SIDE + GRPC_SIDE if not fnmatch.filter(runtime_files, pat)]
+    stale = [pat for pat in TORCH_SIDE + REDIS_SIDE + GRPC_SIDE + EXPERIENCE_SIDE
+             if not fnmatch.filter(runtime_files, pat)]
     assert not stale, f"TORCH_SIDE / REDIS_SIDE / GRPC_SIDE patterns that match no file (moved?): {stale}"
     problems: list[str] = []
     for path in _files(RUNTIME_TREES + TEST_TREES):

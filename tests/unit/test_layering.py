@@ -7,6 +7,7 @@
 - The step layer (one model's step) never imports the request edge or the routers.
 - Loaded models and sessions never import the request edge or the routers either.
 - Only the routers and the app factory import FastAPI.
+- The experience log (``service/experience``) is fed by the step layer and never sees HTTP.
 - Other wire protocols (``service/protocols``) sit on the act use case without FastAPI;
   the request edge and the layers below it never import them.
 - Policy sets (``service/multiagent``) sit on the act use case the same way.
@@ -84,6 +85,9 @@ RULES = [
       "fastapi", "starlette")),
     ("sessions never import the request edge, the routers or the step layer", "service/sessions", None,
      ("rlserve.service.act", "rlserve.service.api", "rlserve.service.step", "fastapi", "starlette")),
+    ("the experience log is fed by the batch step and never sees HTTP", "service/experience", None,
+     ("rlserve.service.act", "rlserve.service.api", "rlserve.service.app", "rlserve.service.protocols",
+      "rlserve.service.serving", "fastapi", "starlette")),
     ("the request edge is framework-free (no FastAPI)", "service/act", None,
      ("fastapi", "rlserve.service.protocols", "rlserve.service.multiagent")),
     ("policy sets sit on the act use case, framework-free", "service/multiagent", None,

@@ -1,0 +1,120 @@
+"""Benchmark the experience log (not a test: it prints numbers).
+
+Single-observation MLP(256, 256) session steps at c=64 (each connection plays episodes of
+100 steps: a first step that starts the episode, steps with a reward, the last
+observation with ``terminated``), against two servers up side by side: the experience log
+on (every episode logged, both forms written to a temporary folder) and off. Target: log
+on >= 0.9x log off, in requests per second. Rounds alternate the order (the machine is
+shared and its load drifts); with two or more CPUs the servers run on CPU 0 and the load
+generator on CPU 1, as bench_server.py pins them. After the rounds it prints what the log
+wrote and dropped (its Prometheus counters).
+
+    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+import bench_server  # noqa: E402
+from bench_server import _request, build_bundles, obs_row, start_rlserve, stop  # noqa: E402
+from bench_sessions import load  # noqa: E402
+
+EPISODE = 100  # steps per episode
+
+
+def mlp_sessions(c: int, rng) -> list[list[bytes]]:
+    """One session per connection, replaying episodes of ``EPISODE`` steps."""
+    out = []
+    for k in range(c):
+        sid = f"exp-{k}-{rng.integers(1 << 30)}"
+
+        def body(extra: dict, sid: str = sid) -> bytes:
+            return _request("/v1/models/mlp/act", json.dumps({"observation": obs_row(rng), "session_id": sid,
+                                                                **extra}).encode())
+
+        steps = [body({"reward": 1.0}) for _ in range(8)]
+        episode = ([body({"episode_start": True})] + [steps[i % 8] for i in range(EPISODE - 1)]
+                   + [body({"reward": 1.0, "terminated": True})])
+        out.append(episode)
+    return out
+
+
+def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[float]]:
+    """Rounds of (on, off) back to back, alternating the order: per round the req/s ratio
+    and the ratio of server CPU per request (off / on: the share of CPU the log leaves to
+    serving, which other load on a shared machine disturbs less than req/s)."""
+    ratios, cpu_ratios = [], []
+    print(f"\nMLP 1 obs session steps, experience log on / off (c={c}, {args.rounds} rounds of "
+          f"{args.duration:g} s a side)")
+    for i in range(args.rounds):
+        got = {}
+        for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            proc, port = on if side == "on" else off
+            got[side] = load(port, mlp_sessions, c, args, rng, proc.pid)
+        ratios.append(got["on"]["req_s"] / got["off"]["req_s"])
+        cpu_ratios.append(got["off"]["cpu_us"] / got["on"]["cpu_us"])
+        print(f"  round {i + 1}: {got['on']['req_s']:7.0f} vs {got['off']['req_s']:7.0f} req/s  ratio "
+              f"{ratios[-1]:.2f}  server CPU {got['on']['cpu_us']:5.0f} vs {got['off']['cpu_us']:5.0f} us/request "
+              f"(off/on {cpu_ratios[-1]:.2f})  p99 {got['on']['p99_ms']:.1f} vs {got['off']['p99_ms']:.1f} ms  "
+              f"errors {got['on']['errors']}/{got['off']['errors']}", flush=True)
+    return ratios, cpu_ratios
+
+
+def counters(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.findall(r'^(rlserve_experience_[a-z_]+)(\{[^}]*\})? (\S+)$', text, re.M)
+    return {f"{name}{labels}": float(value) for name, labels, value in found if not name.endswith("_created")}
+
+
+def main() -> None:
+    import numpy as np
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
+          f"(shared with other work: compare within this run)")
+    if args.pin:
+        bench_server.SERVER_CPUS, bench_server.LOAD_CPUS = {0}, {1}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        build_bundles(work / "repo")
+        on = start_rlserve(work / "repo", {"RLSERVE_EXPERIENCE_LOG": str(work / "log")})
+        off = start_rlserve(work / "repo", {})
+        try:
+            ratios, cpu_ratios = paired(on, off, args.concurrency, args, rng)
+            print(f"\nlog on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
+                  f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
+                  f"median {statistics.median(cpu_ratios):.2f}")
+            for name, value in sorted(counters(on[1]).items()):
+                print(f"  {name} {value:.0f}")
+        finally:
+            stop(on[0])
+            stop(off[0])
+        files = sorted((work / "log").rglob("*.parquet"))
+        size = sum(f.stat().st_size for f in files)
+        print(f"  {len(files)} Parquet files, {size / 1e6:.1f} MB written")
+
+
+if __name__ == "__main__":
+    main()

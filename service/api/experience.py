@@ -1,0 +1,61 @@
+"""The experience log's route: delayed rewards for logged steps (thin; the use case is
+``rlserve.service.experience.rewards``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlserve.service.api.bodies import read_model
+from rlserve.service.api.openapi import errors
+from rlserve.service.experience.rewards import Mode, accept_rewards
+
+router = APIRouter(tags=["experience"])
+
+
+class Reward(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str = Field(description="The event_id of the act answer whose step earned it")
+    reward: float
+    mode: Mode = Field("add", description="add: added to the step's reward; replace: replaces it")
+
+
+class Rewards(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rewards: list[Reward] = Field(min_length=1)
+
+
+class Accepted(BaseModel):
+    accepted: int
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` written in place (the body is read by hand, so FastAPI
+    does not register them as components)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            return walk(defs[ref.rsplit("/", 1)[1]]) if ref else {k: walk(v) for k, v in node.items()}
+        return [walk(v) for v in node] if isinstance(node, list) else node
+
+    return walk(schema)
+
+
+_BODY = {"requestBody": {"required": True,
+                         "content": {"application/json": {"schema": _inline(Rewards.model_json_schema())}}}}
+
+
+@router.post("/v1/models/{name}/experience/rewards", status_code=202, response_model=Accepted,
+             openapi_extra=_BODY,
+             responses=errors(400, 404, 413, 503, e404="The experience log does not record this model here",
+                              e503="The experience log's queue is full (see Retry-After)"),
+             summary="Report rewards (or corrections) for logged steps, by their act answers' event_id")
+async def post_rewards(name: str, request: Request) -> Accepted:
+    body = await read_model(request, Rewards)
+    return Accepted(accepted=accept_rewards(request.app.state.experience, name, body.rewards))

@@ -1,0 +1,95 @@
+"""The episodes form's ``item``: an episode segment as RLlib's ``SingleAgentEpisode.get_state()``.
+
+RLlib (``OfflinePreLearner`` with ``input_read_episodes=True``) reads each ``item`` with
+``msgpack.unpackb(item, object_hook=msgpack_numpy.decode)`` and
+``SingleAgentEpisode.from_state``. The state written here has every field ``from_state``
+reads; its arrays are msgpack_numpy's maps of raw bytes (``nd``, ``type``, ``kind``,
+``shape``, ``data``), never of kind ``O`` (which msgpack_numpy would unpickle), and the
+spaces are left out (``None``): RLlib stores spaces with ``np.load(allow_pickle=True)``,
+and a training run knows its spaces from its config. So reading an item never unpickles.
+
+The segment's data (``finalized``: numpy arrays, no lookback):
+
+- ``observations``: T+1 observations (the one each action was taken at, then the last);
+- ``actions``, ``rewards`` (float32): T each;
+- ``infos``: T+1 empty maps;
+- ``extra_model_outputs``: ``action_logp`` (float32, NaN where the distribution defines
+  none) and ``actions_for_env`` (the actions as answered, after unsquash/clip);
+- ``custom_data``: the model, and per step its event id, version, time, value (NaN where
+  not computed) and ``explore``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]  # ships no type information
+import numpy as np
+
+from rlserve.service.experience import spaces
+from rlserve.service.experience.records import TERMINATED, TRUNCATED, Fields, ModelLog, Transition
+
+_NO_INFO: dict[str, Any] = {}  # one object for every step's info: nothing new for the collector
+
+
+def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
+    return msgpack.packb(segment_state(model, segment), default=_encode_array)
+
+
+def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
+    f = Fields(segment)
+    n = len(segment)
+    obs_space, action_space = model.obs_space, model.action_space
+    last = f.end[-1]
+    first_t = f.t[0]
+    return {
+        "id_": f.eps_id[0],
+        # A policy set's agent is written as a single-agent episode of its own (RLlib's
+        # offline reader takes no multi-agent episodes), with its agent and module id.
+        "agent_id": f.agent_id[0],
+        "module_id": f.module_id[0],
+        "multi_agent_episode_id": None,
+        "observations": _buffer(spaces.stack(obs_space, [*f.obs, f.next_obs[-1]])),
+        "actions": _buffer(spaces.stack(action_space, f.action)),
+        "rewards": _buffer(np.array(f.reward, np.float32)),
+        "infos": _buffer([_NO_INFO] * (n + 1)),
+        "extra_model_outputs": {
+            "action_logp": _buffer(np.array(f.logp, np.float32)),
+            "actions_for_env": _buffer(spaces.stack(action_space, f.env_action)),
+        },
+        "is_terminated": last == TERMINATED,
+        "is_truncated": last == TRUNCATED,
+        "t_started": first_t,
+        "t": first_t + n,
+        "_observation_space": None,
+        "_action_space": None,
+        "_start_time": f.time[0],
+        "_last_step_time": f.time[-1],
+        # Per step, what a reader wants besides the trajectory (never batched by a learner).
+        "custom_data": {
+            "model": model.name,
+            "event_ids": list(f.event_id),
+            "versions": list(f.version),
+            "times": np.array(f.time, np.float64),
+            "values": np.array(f.value, np.float64),
+            "explore": np.array(f.explore, np.bool_),
+        },
+    }
+
+
+def _buffer(data: Any) -> dict[str, Any]:
+    """An ``InfiniteLookbackBuffer`` state: all data in the segment, none in the lookback."""
+    return {"data": data, "lookback": 0, "finalized": not isinstance(data, list), "space": None}
+
+
+def _encode_array(value: Any) -> Any:
+    """msgpack_numpy's encoding of numpy values (bytes keys, raw little-endian data)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "OV":
+            raise TypeError(f"an episode holds no {value.dtype} arrays (they would need pickle to read)")
+        array = np.ascontiguousarray(value)
+        return {b"nd": True, b"type": array.dtype.str, b"kind": b"", b"shape": list(array.shape),
+                b"data": array.tobytes()}
+    if isinstance(value, np.bool_ | np.number):
+        return {b"nd": False, b"type": value.dtype.str, b"data": value.tobytes()}
+    raise TypeError(f"cannot encode a {type(value).__name__} in an episode")

@@ -1,0 +1,108 @@
+"""What flows from the recorder to the writer: a model's part of the log, transitions and
+delayed rewards."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from gymnasium import spaces as gs
+
+from rlserve.service.experience.trail import Trail
+
+TERMINATED, TRUNCATED = 1, 2  # ``Transition.end``; 0: the episode goes on
+
+
+@dataclass(frozen=True, eq=False)
+class ModelLog:
+    """One model's part of the log: its name, spaces and folder."""
+
+    name: str
+    obs_space: Any
+    action_space: Any
+    directory: Path  # <log root>/<model>, holding columns/, episodes/ and rewards/
+
+
+class Transition(msgspec.Struct, gc=False):
+    """Step t (``step``) closed by step t+1's observation, reward and end.
+
+    Not tracked by the garbage collector (nor is a ``Trail``; their values are packed, see
+    ``packer``): thousands wait for the writer at a time, and tracked objects that survive
+    make the collector's passes, which pause the event loop, grow with them."""
+
+    step: Trail
+    next_obs: Any
+    reward: float
+    end: int  # 0, TERMINATED or TRUNCATED
+
+
+def packer(space: Any) -> Callable[[Any], Any]:
+    """How the recorder keeps a value of ``space``: a Box (or MultiDiscrete, MultiBinary) as
+    the raw bytes of its dtype (int64 for the discrete ones), in C order; other values as
+    they came (JSON values). ``spaces.stack`` turns many of them into one array."""
+    if isinstance(space, gs.Box):
+        dtype = np.dtype(space.dtype)
+        if dtype == np.float32 and len(space.shape) == 1:
+            return lambda value: array("f", value).tobytes() if isinstance(value, list) else _raw(value, dtype)
+        return lambda value: _raw(value, dtype)
+    if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
+        return lambda value: _raw(value, np.dtype(np.int64))
+    return lambda value: value
+
+
+def _raw(value: Any, dtype: np.dtype) -> bytes:
+    return np.ascontiguousarray(value, dtype=dtype).tobytes()
+
+
+@dataclass(slots=True)
+class RewardEvent:
+    """A reward or correction for a logged step (``event_id``), reported later."""
+
+    event_id: str
+    reward: float
+    mode: str  # "add" to the step's reward, or "replace" it
+    time: float
+
+
+def row_bytes(model: ModelLog) -> int:
+    """About what one transition costs in memory and on disk (for the size roll)."""
+    return 2 * value_bytes(model.obs_space) + 2 * value_bytes(model.action_space) + 160
+
+
+def value_bytes(space: Any) -> int:
+    """About how many bytes one value takes (for the size roll)."""
+    if isinstance(space, gs.Box):
+        return int(np.prod(space.shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
+    if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
+        return 8 * int(np.prod(space.shape, dtype=np.int64))
+    return 64
+
+
+class Fields:
+    """Transitions a field at a time, for the writer's tables: one list per field, and no
+    object per cell (a tuple or dict per row would be thousands of objects the garbage
+    collector scans again at each pass while a table is built)."""
+
+    def __init__(self, rows: list[Transition]):
+        steps = [r.step for r in rows]
+        self.next_obs = [r.next_obs for r in rows]
+        self.reward = [r.reward for r in rows]
+        self.end = [r.end for r in rows]
+        self.eps_id = [s.eps_id for s in steps]
+        self.t = [s.t for s in steps]
+        self.event_id = [s.event_id for s in steps]
+        self.obs = [s.obs for s in steps]
+        self.action = [s.action for s in steps]
+        self.logp = [s.logp for s in steps]
+        self.value = [s.value for s in steps]
+        self.explore = [s.explore for s in steps]
+        self.version = [s.version for s in steps]
+        self.time = [s.time for s in steps]
+        self.env_action = [s.action if s.env_action is None else s.env_action for s in steps]
+        self.agent_id = [s.agent_id for s in steps]
+        self.module_id = [s.module_id for s in steps]

@@ -1,0 +1,186 @@
+"""The experience writer: atomic files, rolls, a bounded queue, and a disk that fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from gymnasium import spaces as gs
+
+from rlserve.service.experience import files, reader
+from rlserve.service.experience.records import TERMINATED, ModelLog, RewardEvent, Transition
+from rlserve.service.experience.trail import Trail
+from rlserve.service.experience.writer import ExperienceWriter
+
+
+def _model(root: Path) -> ModelLog:
+    return ModelLog("cartpole", gs.Box(-np.inf, np.inf, (4,), np.float32), gs.Discrete(2), root / "cartpole")
+
+
+def _obs(eps_id: str, count: int) -> np.ndarray:
+    return np.random.default_rng(sum(map(ord, eps_id))).normal(size=(count, 4)).astype(np.float32)
+
+
+def _episode(eps_id: str, length: int, *, start: int = 0, ends: bool = True) -> list[Transition]:
+    obs = [row.tobytes() for row in _obs(eps_id, start + length + 1)]  # packed, as the recorder keeps them
+    out = []
+    for t in range(start, start + length):
+        step = Trail(eps_id, t, f"{eps_id}/{t}", obs[t], int(t % 2), None, -0.25 * (t % 3), None, True, "1", 10.0 + t)
+        out.append(Transition(step, obs[t + 1], 1.0 + t, TERMINATED if ends and t == start + length - 1 else 0))
+    return out
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _files(root: Path, form: str) -> list[Path]:
+    return sorted((root / "cartpole" / form).glob("*.parquet"))
+
+
+def test_an_ended_episode_is_written_in_both_forms_and_reads_back(tmp_path):
+    writer = ExperienceWriter(tmp_path, flush_s=0.0)
+    model = _model(tmp_path)
+    episode = _episode("a", 7)
+    try:
+        assert writer.offer(model, episode[:4]) and writer.offer(model, episode[4:])
+        _wait(lambda: _files(tmp_path, "episodes"))  # an ended episode does not wait for a roll
+    finally:
+        writer.close()
+    table = reader.transitions(tmp_path, "cartpole")
+    assert table.column("t").to_pylist() == list(range(7))
+    obs = _obs("a", 8)
+    assert np.array_equal(np.array(table.column("obs").to_pylist(), np.float32), obs[:-1])
+    assert np.array_equal(np.array(table.column("new_obs").to_pylist(), np.float32), obs[1:])
+    assert table.column("terminateds").to_pylist() == [False] * 6 + [True]
+    [joined] = reader.episodes(tmp_path, "cartpole")
+    assert joined.whole and len(joined) == 7 and joined.segments == 1
+    assert joined.rewards == [1.0 + t for t in range(7)]
+    assert not list((tmp_path / files.INCOMING).iterdir())  # no temporary file left behind
+
+
+def test_a_time_roll_cuts_open_episodes_into_segments_that_join(tmp_path):
+    writer = ExperienceWriter(tmp_path, roll_s=0.05, flush_s=60.0)
+    model = _model(tmp_path)
+    episode = _episode("long", 9)
+    try:
+        writer.offer(model, episode[:5])
+        _wait(lambda: _files(tmp_path, "episodes"))  # the roll wrote the open part as a segment
+        writer.offer(model, episode[5:])
+    finally:
+        writer.close()  # shutdown writes the rest
+    segments = pq.ParquetDataset(tmp_path / "cartpole" / "episodes").read()
+    assert sorted(segments.column("t_started").to_pylist()) == [0, 5]
+    [joined] = reader.episodes(tmp_path, "cartpole")
+    assert joined.whole and joined.segments == 2 and len(joined) == 9
+    assert np.array_equal(np.asarray(joined.observations), _obs("long", 10))
+
+
+def test_steps_written_elsewhere_split_a_segment_and_the_reader_rejoins_them(tmp_path):
+    """One replica serves steps 0-2 and 6-8, another 3-5: each writes what it closed."""
+    here, there = ExperienceWriter(tmp_path), ExperienceWriter(tmp_path)
+    model = _model(tmp_path)
+    episode = _episode("moved", 9)
+    try:
+        here.offer(model, episode[:3])
+        there.offer(model, episode[3:6])
+        here.offer(model, episode[6:])
+    finally:
+        here.close()
+        there.close()
+    [joined] = reader.episodes(tmp_path, "cartpole")
+    assert joined.whole and joined.segments == 3 and [a.item() for a in joined.actions] == [t % 2 for t in range(9)]
+
+
+def test_a_full_queue_drops_and_counts_rows_without_blocking(tmp_path):
+    release = threading.Event()
+
+    def slow_write(table, path, incoming):
+        release.wait(10)
+        files.write_table(table, path, incoming)
+
+    writer = ExperienceWriter(tmp_path, queue_rows=10, flush_s=0.0, write=slow_write)
+    model = _model(tmp_path)
+    try:
+        assert writer.offer(model, _episode("first", 2))
+        _wait(lambda: writer.queued_rows() == 0)  # the thread took it and is stuck writing
+        assert writer.offer(model, _episode("b", 6))
+        started = time.perf_counter()
+        assert not writer.offer(model, _episode("c", 6))  # 12 > 10 rows queued: dropped at once
+        assert time.perf_counter() - started < 0.05
+        assert writer.dropped == {"queue_full": 6}
+    finally:
+        release.set()
+        writer.close()
+    assert {e.eps_id for e in reader.episodes(tmp_path, "cartpole")} == {"first", "b"}
+
+
+def test_a_failing_disk_drops_the_rows_it_refused_and_later_writes_succeed(tmp_path):
+    broken = {"on": True}
+
+    def flaky(table, path, incoming):
+        if broken["on"]:
+            raise OSError(28, "No space left on device")
+        files.write_table(table, path, incoming)
+
+    writer = ExperienceWriter(tmp_path, flush_s=0.0, write=flaky)
+    model = _model(tmp_path)
+    try:
+        writer.offer(model, _episode("lost", 4))
+        _wait(lambda: writer.dropped.get("write_failed", 0) == 5)  # 4 transitions + 1 segment
+        broken["on"] = False
+        writer.offer(model, _episode("kept", 3))
+    finally:
+        writer.close()
+    assert [e.eps_id for e in reader.episodes(tmp_path, "cartpole")] == ["kept"]
+
+
+def test_rows_offered_after_close_are_dropped(tmp_path):
+    writer = ExperienceWriter(tmp_path)
+    writer.close()
+    assert not writer.offer(_model(tmp_path), _episode("late", 2))
+    assert writer.dropped == {"queue_full": 2}
+
+
+def test_delayed_rewards_are_applied_by_the_reader(tmp_path):
+    writer = ExperienceWriter(tmp_path)
+    model = _model(tmp_path)
+    try:
+        writer.offer(model, _episode("r", 3))
+        writer.offer_rewards(model, [RewardEvent("r/1", 5.0, "add", 1.0), RewardEvent("r/2", -1.0, "replace", 2.0),
+                                     RewardEvent("unknown", 9.0, "add", 3.0)])
+    finally:
+        writer.close()
+    table = reader.transitions(tmp_path, "cartpole")
+    assert table.column("rewards").to_pylist() == [1.0, 2.0 + 5.0, -1.0]
+    [episode] = reader.episodes(tmp_path, "cartpole")
+    assert episode.rewards == [1.0, 7.0, -1.0]
+
+
+def test_the_writer_thread_imports_nothing_after_start(tmp_path):
+    """pyarrow imports pandas and pyarrow.compute at the first table it builds; that must
+    happen when the log starts (before gc.freeze), not in the writer thread under load."""
+    code = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from rlserve.service.experience.log import ExperienceLog
+from test_experience_writer import _episode, _model
+log = ExperienceLog(Path({str(tmp_path)!r}))
+before = set(sys.modules)
+log.writer.offer(_model(Path({str(tmp_path)!r})), _episode("a", 5))
+log.close()
+print(sorted(set(sys.modules) - before))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert _files(tmp_path, "columns") and _files(tmp_path, "episodes")

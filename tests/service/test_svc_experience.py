@@ -1,0 +1,150 @@
+"""The experience log inside the app: what a session step records, event ids, sampling,
+delayed rewards, and the new act fields (terminated / truncated)."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from rlserve.service.app import create_app
+from rlserve.service.experience import reader
+from rlserve.service.settings import Settings
+
+pytestmark = pytest.mark.asyncio
+
+ACT = "/v1/models/cartpole/act"
+
+
+def _app(tmp_path, **settings):
+    app = create_app(Settings(experience_log=tmp_path / "log", **settings))
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+    return app, client
+
+
+def _obs(t: int) -> list[float]:
+    return np.random.default_rng(t).uniform(-0.05, 0.05, 4).astype(np.float32).tolist()
+
+
+async def _episode(client, session: str, steps: int, *, end: str | None = "terminated", start: int = 0) -> list[dict]:
+    """Play ``steps`` steps (then the last observation with ``end``); the answers."""
+    answers = []
+    for t in range(steps + (1 if end else 0)):
+        body: dict = {"observation": _obs(start + t), "session_id": session}
+        if t == 0:
+            body.update(episode_start=True, seed=5)
+        else:
+            body["reward"] = 0.5 * t
+        if end and t == steps:
+            body[end] = True
+        response = await client.post(ACT, json=body)
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+    return answers
+
+
+async def test_each_session_step_is_a_transition_with_its_answer(tmp_path):
+    app, client = _app(tmp_path)
+    async with client:
+        answers = await _episode(client, "e1", 5)
+    app.state.experience.close()
+    assert all("event_id" in a for a in answers[:5]) and "event_id" not in answers[5]  # the last obs is no step
+    table = reader.transitions(tmp_path / "log", "cartpole")
+    assert table.num_rows == 5
+    rows = table.to_pylist()
+    for t, row in enumerate(rows):
+        assert row["t"] == t and row["obs"] == _obs(t) and row["new_obs"] == _obs(t + 1)
+        assert row["actions"] == answers[t]["action"]
+        assert row["action_logp"] == pytest.approx(answers[t]["logp"], rel=1e-6)
+        assert row["rewards"] == 0.5 * (t + 1)  # reported with the next step
+        assert row["infos"]["event_id"] == answers[t]["event_id"] and row["infos"]["version"] == "1"
+        assert row["terminateds"] == (t == 4) and not row["truncateds"]
+    [episode] = reader.episodes(tmp_path / "log", "cartpole")
+    assert episode.whole and episode.is_terminated and len(episode) == 5
+
+
+async def test_a_batch_request_logs_each_session_row_and_answers_event_ids(tmp_path):
+    app, client = _app(tmp_path)
+    async with client:
+        first = await client.post(ACT, json={"observations": [_obs(0), _obs(1), _obs(2)],
+                                             "session_ids": ["a", None, "b"], "episode_starts": [True, False, True]})
+        last = await client.post(ACT, json={"observations": [_obs(3), _obs(4)], "session_ids": ["a", "b"],
+                                            "rewards": [1.0, 2.0], "truncateds": [True, False],
+                                            "terminateds": [False, True]})
+    app.state.experience.close()
+    ids = first.json()["event_ids"]
+    assert ids[0] and ids[1] is None and ids[2]  # a stateless row is not logged
+    assert last.json()["event_ids"] == [None, None]
+    rows = {r["eps_id"].split(":")[0]: r for r in reader.transitions(tmp_path / "log", "cartpole").to_pylist()}
+    assert (rows["a"]["truncateds"], rows["a"]["terminateds"], rows["a"]["rewards"]) == (True, False, 1.0)
+    assert (rows["b"]["truncateds"], rows["b"]["terminateds"], rows["b"]["new_obs"]) == (False, True, _obs(4))
+
+
+async def test_models_not_named_are_not_logged_and_a_rate_samples_episodes(tmp_path):
+    app, client = _app(tmp_path, experience_models={"cartpole-memory": 1.0})
+    async with client:
+        answers = await _episode(client, "x", 2)
+    app.state.experience.close()
+    assert not any("event_id" in a for a in answers)
+    assert not (tmp_path / "log" / "cartpole").exists()
+
+    app, client = _app(tmp_path, experience_sample=0.0)
+    async with client:
+        assert not any("event_id" in a for a in await _episode(client, "y", 2))
+        response = await client.post("/v1/models/cartpole/experience/rewards",
+                                     json={"rewards": [{"event_id": "e", "reward": 1}]})
+        assert response.status_code == 404  # the model is not logged here
+    app.state.experience.close()
+
+
+async def test_an_episode_restarted_before_its_end_counts_as_unfinished(tmp_path):
+    app, client = _app(tmp_path)
+    async with client:
+        await _episode(client, "r", 3, end=None)
+        await _episode(client, "r", 2, start=10)  # episode_start again: the open step is lost
+        metrics = (await client.get("/metrics")).text
+    app.state.experience.close()
+    assert "rlserve_experience_unfinished_total 1.0" in metrics
+    runs = reader.episodes(tmp_path / "log", "cartpole")
+    assert sorted((len(e), e.done) for e in runs) == [(2, False), (2, True)]
+
+
+async def test_delayed_rewards_join_logged_steps_by_event_id(tmp_path):
+    app, client = _app(tmp_path)
+    async with client:
+        answers = await _episode(client, "d", 3)
+        route = "/v1/models/cartpole/experience/rewards"
+        accepted = await client.post(route, json={"rewards": [
+            {"event_id": answers[0]["event_id"], "reward": 10.0},
+            {"event_id": answers[2]["event_id"], "reward": -3.0, "mode": "replace"}]})
+        bad = await client.post(route, json={"rewards": [{"event_id": "x", "reward": 1.0, "mode": "multiply"}]})
+        empty = await client.post(route, json={"rewards": []})
+    app.state.experience.close()
+    assert accepted.status_code == 202 and accepted.json() == {"accepted": 2}
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "rewards[0].mode"
+    assert empty.status_code == 400
+    assert reader.transitions(tmp_path / "log", "cartpole").column("rewards").to_pylist() == [10.5, 1.0, -3.0]
+
+
+async def test_the_log_is_off_by_default_and_answers_carry_no_event_id(tmp_path):
+    app = create_app(Settings())
+    assert app.state.experience is None
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        answer = await client.post(ACT, json={"observation": _obs(0), "session_id": "s", "episode_start": True})
+        rewards = await client.post("/v1/models/cartpole/experience/rewards",
+                                    json={"rewards": [{"event_id": "e", "reward": 1}]})
+    assert "event_id" not in answer.json()
+    assert rewards.status_code == 404
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"observation": [0, 0, 0, 0], "terminateds": [True]}, "terminateds"),
+    ({"observations": [[0, 0, 0, 0]], "truncated": True}, "truncated"),
+    ({"observations": [[0, 0, 0, 0]], "terminateds": [True, False]}, "terminateds"),
+])
+async def test_the_end_flags_take_the_request_form(tmp_path, body, field):
+    app, client = _app(tmp_path)
+    async with client:
+        response = await client.post(ACT, json=body)
+    app.state.experience.close()
+    assert response.status_code == 400 and response.json()["error"]["field"] == field
