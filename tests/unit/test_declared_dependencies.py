@@ -46,6 +46,9 @@ TORCH_SIDE = (
     "service/*runtime/torchscript.py",
     # Reading msgpack checkpoints is part of exporting them (`rlserve export CHECKPOINT`).
     "models/checkpoint/files.py",
+    # The new stack's RLModules, rebuilt in torch to be exported (`rlserve export` of a
+    # new-stack checkpoint); serving their bundles needs no torch.
+    "models/rlmodules/*.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
 # The start-up check pings the configured store (service/startup.py, only with a store set).
@@ -55,7 +58,9 @@ GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
-                   "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"}}
+                   "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
+                   # dm-tree and msgpack-numpy come with ray's rllib extra
+                   "scripts/record_newstack_cases.py": {"ray", "tree", "msgpack_numpy"}}
 
 
 def _normalize(name: str) -> str:
