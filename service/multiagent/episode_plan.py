@@ -1,13 +1,13 @@
 """What one act request of a policy set does to its episode, planned before anything changes.
 
 ``plan_episode`` finds the request's episode (or notes that it starts one); the use case
-asks the plan, per agent, which policy already holds its state (``policy_of``) and which
-session row the agent sends (``seat``: its session id, whether its state starts now, its
-seed); agents sent with ``done`` are noted (``finish``). Only once every part of the request
-validated does ``bind`` apply it all: the episode created or restarted, joining agents
-seated, finished agents' sessions ended. ``settle`` runs when the request's batches are
-over: the episode's end ends every agent's state, and an external store is given the
-changed record.
+reads the plan's ``seats`` once per agent (the policy already holding its state and its
+session), and asks for the row of an agent without one (``seat``: its session id, that its
+state starts now, its seed); agents sent with ``done`` are noted (``finish``). Only once
+every part of the request validated does ``bind`` apply it all: the episode created or
+restarted, joining agents seated, finished agents' sessions ended. ``settle`` runs when the
+request's batches are over: the episode's end ends every agent's state, and an external
+store is given the changed record.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from rlserve.service.sessions.base import SessionMiss
 from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
 
 _SEED_MASK = (1 << 64) - 1
+_NO_SEATS: dict[str, Seat] = {}
 
 
 def derive_seed(seed: int | None, agent_id: str, joins: int) -> int | None:
@@ -50,23 +51,21 @@ class EpisodePlan:
     def stateful(self) -> bool:
         return self.id is not None
 
-    def _seated(self, agent_id: str) -> Seat | None:
+    @property
+    def seats(self) -> dict[str, Seat]:
+        """The agents whose state carries on in this step, each with the policy holding it
+        (kept, whatever the mapping says now) and its session: read once per agent."""
         if self.episode is None or self.restart:
-            return None
-        return self.episode.seats.get(agent_id)
+            return _NO_SEATS
+        return self.episode.seats
 
-    def policy_of(self, agent_id: str) -> str | None:
-        """The policy already holding the agent's state (kept, whatever the mapping says now)."""
-        seat = self._seated(agent_id)
-        return None if seat is None else seat.policy
+    def _seated(self, agent_id: str) -> Seat | None:
+        return self.seats.get(agent_id)
 
     def seat(self, agent_id: str, policy_id: str) -> tuple[str | None, bool, int | None]:
-        """The agent's row: (session id, starts now, seed of a starting session)."""
+        """The row of an agent not in ``seats``: (session id, starts now, seed of its starting session)."""
         if self.id is None:
             return None, False, None
-        seat = self._seated(agent_id)
-        if seat is not None:
-            return seat.session_id, False, None
         session_id = agent_session_id(self.id, agent_id)
         self.joins[agent_id] = (policy_id, session_id)
         return session_id, True, derive_seed(self.seed, agent_id, self._joined(agent_id) + 1)

@@ -31,7 +31,7 @@ from rlserve.service.act.use_case import Accepted, ActService, Checked, response
 from rlserve.service.act.wire import ActResponse
 from rlserve.service.errors import BadRequest, ServiceError, SessionConflict, SessionExpired, as_service_error
 from rlserve.service.multiagent.episode_plan import EpisodePlan, plan_episode
-from rlserve.service.multiagent.wire import AgentsActRequest, decode_agents_request
+from rlserve.service.multiagent.wire import AgentsActRequest, AgentStep, decode_agents_request
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.sessions.base import LOADS, SessionMiss, after_loading_all
@@ -45,27 +45,33 @@ Reply = Callable[[Any, ServiceError | None], None]
 
 @dataclass(slots=True)
 class _Part:
-    """The agents of one request that one policy answers: an act request of its member model."""
+    """The agents of one request that one policy answers: an act request of its member model.
+
+    Each agent is one tuple (id, step, session id, starts, seed), appended once; the row
+    columns are built from them in one pass each when the part is checked."""
 
     policy_id: str
     model: str
-    agents: list[str] = field(default_factory=list)
-    observations: list[Any] = field(default_factory=list)
-    session_ids: list[str | None] = field(default_factory=list)
-    starts: list[bool] = field(default_factory=list)
-    rewards: list[float | None] = field(default_factory=list)
-    prev_actions: list[Any] = field(default_factory=list)
-    masks: list[Any] = field(default_factory=list)
-    seeds: list[int | None] = field(default_factory=list)
+    members: list[tuple[str, AgentStep, str | None, bool, int | None]] = field(default_factory=list)
     checked: Checked | None = None
     accepted: Accepted | None = None
 
+    @property
+    def agents(self) -> list[str]:
+        """The agents in the order of the part's rows."""
+        return [m[0] for m in self.members]
+
     def rows(self, stateful: bool) -> Rows:
-        return Rows(False, self.observations, self.session_ids, self.starts, self.rewards, self.prev_actions,
-                    self.masks, self.seeds, has_sessions=stateful,
-                    has_rewards=any(r is not None for r in self.rewards),
-                    has_prev_actions=any(a is not msgspec.UNSET for a in self.prev_actions),
-                    has_masks=any(m is not None for m in self.masks))
+        members = self.members
+        steps = [m[1] for m in members]
+        rewards = [s.reward for s in steps]
+        prev_actions = [s.prev_action for s in steps]
+        masks = [s.action_mask for s in steps]
+        return Rows(False, [s.observation for s in steps], [m[2] for m in members], [m[3] for m in members],
+                    rewards, prev_actions, masks, [m[4] for m in members], has_sessions=stateful,
+                    has_rewards=any(r is not None for r in rewards),
+                    has_prev_actions=any(a is not msgspec.UNSET for a in prev_actions),
+                    has_masks=any(m is not None for m in masks))
 
 
 @dataclass(slots=True)
@@ -133,9 +139,14 @@ class AgentsActService:
         episode = plan_episode(served, req)
         parts: dict[str, _Part] = {}
         done: dict[str, str] = {}
+        seats = episode.seats
         for agent_id, step in req.agents.items():
-            validate_agent_id(agent_id, "agents")
-            policy_id = episode.policy_of(agent_id) or self._map(served, agent_id)
+            seat = seats.get(agent_id)  # an agent with state keeps its policy and session
+            if seat is None:
+                validate_agent_id(agent_id, "agents")
+                policy_id = self._map(served, agent_id)
+            else:
+                policy_id = seat.policy
             if step.done:
                 done[agent_id] = policy_id
                 episode.finish(agent_id)
@@ -147,15 +158,10 @@ class AgentsActService:
             part = parts.get(policy_id)
             if part is None:
                 part = parts[policy_id] = _Part(policy_id, served.member(policy_id))
-            session_id, start, seed = episode.seat(agent_id, policy_id)
-            part.agents.append(agent_id)
-            part.observations.append(step.observation)
-            part.session_ids.append(session_id)
-            part.starts.append(start)
-            part.rewards.append(step.reward)
-            part.prev_actions.append(step.prev_action)
-            part.masks.append(step.action_mask)
-            part.seeds.append(seed)
+            if seat is None:
+                part.members.append((agent_id, step, *episode.seat(agent_id, policy_id)))
+            else:
+                part.members.append((agent_id, step, seat.session_id, False, None))
         extras = frozenset(req.outputs)
         for part in parts.values():
             try:
