@@ -30,14 +30,13 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from newstack_cases import NewStackCase, case_ids, load_case, newstack_dir
+from newstack_cases import NewStackCase, assert_close, case_ids, load_case, newstack_dir
 from server_process import rlserve_command, running_server
 
 from rlserve.models.multiagent.policy_set import load_policy_set
 
 pytestmark = pytest.mark.e2e
 
-RTOL = ATOL = 1e-5
 SETS = ("direct", "exported")
 
 
@@ -84,16 +83,11 @@ def _act(client: httpx.Client, name: str, body: dict[str, Any]) -> dict[str, Any
     return response.json()
 
 
-def _close(actual: Any, expected: Any, what: str) -> None:
-    np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
-                               rtol=RTOL, atol=ATOL, err_msg=what)
-
-
 def _same_action(actual: Any, expected: Any, what: str) -> None:
     """Discrete actions equal; float actions (a Box's mean) within the tolerance."""
     want = np.asarray(expected)
     if want.dtype.kind == "f":
-        _close(actual, want, what)
+        assert_close(actual, want, what)
     else:
         assert np.asarray(actual).tolist() == want.tolist(), what
 
@@ -105,9 +99,9 @@ def _check_row(case: NewStackCase, answer: dict[str, Any], i: int, where: str) -
         assert got["policy"] == fixed["module_id"], what
         _same_action(got["raw_action"], fixed["action"][i], f"{what}: the module's action")
         _same_action(got["action"], fixed["action_for_env"][i], f"{what}: the action for the env")
-        _close(got["logp"], fixed["logp"][i], f"{what}: logp")
-        _close(got["dist_inputs"], np.asarray(fixed["action_dist_inputs"][i]).reshape(-1), f"{what}: dist inputs")
-        _close(got["value"], fixed["value"][i], f"{what}: value")
+        assert_close(got["logp"], fixed["logp"][i], f"{what}: logp")
+        assert_close(got["dist_inputs"], np.asarray(fixed["action_dist_inputs"][i]).reshape(-1), f"{what}: dist inputs")
+        assert_close(got["value"], fixed["value"][i], f"{what}: value")
 
 
 @pytest.mark.parametrize("set_name", SETS)
