@@ -12,7 +12,10 @@ Two questions, each answered by interleaved pairs on the same server:
 - throughput: 64 connections x 8 agents against the same rows as 64-row single-policy
   requests (8 connections, a session per row), observations per second (target: >= 0.8x).
 
-    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency 1 16]
+    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency 1 16] [--code CHECKOUT]
+
+``--code CHECKOUT`` serves with another checkout's code (bench_server.py's ``--baseline``
+path), so that runs of a change and of its parent can alternate on the same machine.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ def main() -> None:
     parser.add_argument("--cost-concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, load generator on CPU 1 (bench_server.py's pinning)")
+    parser.add_argument("--code", type=Path, default=None, metavar="CHECKOUT",
+                        help="serve with this checkout's rlserve code instead of this one's")
     args = parser.parse_args()
     if args.pin:
         bench.SERVER_CPUS, bench.LOAD_CPUS = {0}, {1}
@@ -109,7 +114,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rlserve-bench-agents-") as tmp:
         repo = build_set(Path(tmp))
         env = {"RLSERVE_POLICY_SETS": json.dumps([str(Path(tmp) / "team")])}
-        proc, port = bench.start_rlserve(repo, env)
+        code_root = None if args.code is None else bench.baseline_root(args.code, Path(tmp))
+        print(f"server code: {args.code or bench.ROOT}", flush=True)
+        proc, port = bench.start_rlserve(repo, env, code_root)
         try:
             plain = (f"plain {AGENTS}-row request, sessions", sessions8, AGENTS)
             for c in args.cost_concurrency:

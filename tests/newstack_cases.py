@@ -22,6 +22,13 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OWN_CASES = REPO_ROOT / "tests" / "fixtures" / "newstack"
+RTOL = ATOL = 1e-5  # the bar for RLlib's floats (logp, dist inputs, values)
+
+
+def assert_close(actual: Any, expected: Any, what: str) -> None:
+    """The served floats equal RLlib's within the tolerance."""
+    np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
+                               rtol=RTOL, atol=ATOL, err_msg=what)
 
 
 def newstack_dir() -> Path:

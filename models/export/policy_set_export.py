@@ -3,13 +3,13 @@
     export_policy_set("path/to/checkpoint", "out/team", mapping, name="team")
     policy_set_from_bundles({"p0": Path("a"), "p1": Path("b.rlsb")}, "out/team", mapping, name="team")
 
-Each policy of the checkpoint (``policies/<policy_id>/``) is exported exactly as
-``rlserve export CHECKPOINT --policy-id ID`` would (spaces, model config, filter, action
-settings from its own policy state; every runtime verified against eager torch) into
-``policies/<policy_id>/``, named ``<name>.<policy_id>``; then the set's manifest is written
-(``rlserve.models.multiagent.policy_set``). Any other source of policies (a new-API-stack
-MultiRLModule, one module each) takes the same two steps: export each, then
-``write_policy_set``.
+Each policy of the checkpoint (old stack: ``policies/<policy_id>/``; new stack: each module
+of its MultiRLModule, ``learner_group/learner/rl_module/<module_id>/``) is exported exactly as
+``rlserve export CHECKPOINT --policy-id ID`` would (spaces, model config, filter or
+connectors, action settings from its own files; every runtime verified against eager torch)
+into ``policies/<policy_id>/``, named ``<name>.<policy_id>``; then the set's manifest is
+written (``rlserve.models.multiagent.policy_set``). Any other source of policies takes the
+same two steps: export each, then ``write_policy_set``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from rlserve.models.multiagent.policy_set import (
     member_name,
     write_policy_set,
 )
+from rlserve.models.newstack import checkpoint_module_ids, is_new_stack
 
-__all__ = ["export_policy_set", "policy_set_from_bundles"]
+__all__ = ["checkpoint_policy_ids", "export_policy_set", "policy_set_from_bundles"]
 
 
 def export_policy_set(
@@ -48,9 +49,7 @@ def export_policy_set(
     from rlserve.models.export.from_checkpoint import export_checkpoint
 
     checkpoint, out = Path(checkpoint), Path(out_dir)
-    available = policy_ids(checkpoint)
-    if not available:
-        raise CheckpointError(f"{checkpoint}: no policies/<policy_id>/ here: not a multi-policy algorithm checkpoint")
+    available = checkpoint_policy_ids(checkpoint)
     chosen = list(only) if only else available
     missing = sorted(set(chosen) - set(available))
     if missing:
@@ -67,7 +66,23 @@ def export_policy_set(
                           name=member_name(set_name, policy_id), version=version, progress=progress)
         members[policy_id] = relative
     return write_policy_set(out, name=set_name, version=version, mapping=mapping, members=members,
-                            source={"kind": "rllib_checkpoint", "path": checkpoint.name, "policies": available})
+                            source={"kind": "rllib_checkpoint", "path": checkpoint.name, "policies": available,
+                                    "stack": "new" if is_new_stack(checkpoint) else "old"})
+
+
+def checkpoint_policy_ids(checkpoint: Path) -> list[str]:
+    """The policies of a checkpoint of either stack: the old stack's ``policies/<policy_id>/``,
+    the new stack's module ids. Raises ``CheckpointError`` where there are none."""
+    if is_new_stack(checkpoint):
+        available = checkpoint_module_ids(checkpoint)
+        if not available:
+            raise CheckpointError(f"{checkpoint}: no RLModule here (expected learner_group/learner/rl_module/"
+                                  "<module_id>/): not a multi-module algorithm checkpoint")
+        return available
+    available = policy_ids(checkpoint)
+    if not available:
+        raise CheckpointError(f"{checkpoint}: no policies/<policy_id>/ here: not a multi-policy algorithm checkpoint")
+    return available
 
 
 def policy_set_from_bundles(bundles: Mapping[str, Path], out_dir: str | Path, mapping: AgentMapping, *,

@@ -5,8 +5,8 @@
     rlserve export --bundle p0=BUNDLE --bundle p1=BUNDLE.rlsb --map 'red_*=p0' --out DIR
 
 An agent mapping (a file, ``--map`` rules, ``--default-policy``) makes the export a policy
-set: every policy of a multi-policy checkpoint (``policies/<policy_id>/``), or the bundles
-listed with ``--bundle``.
+set: every policy of a multi-policy checkpoint (old stack: ``policies/<policy_id>/``; new
+stack: every module of its MultiRLModule), or the bundles listed with ``--bundle``.
 """
 
 from __future__ import annotations
@@ -93,14 +93,16 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
         if args.checkpoint is None:
             raise SetInputError("a policy set needs a multi-policy CHECKPOINT or --bundle POLICY=PATH members")
         from rlserve.models.checkpoint import CheckpointError
+        from rlserve.models.export.from_rlmodule import RLModuleExportError
         from rlserve.models.rllib_import import WeightImportError
+        from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
         formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
         try:
             policy_set = export_policy_set(args.checkpoint, args.out, mapping, name=args.name, version=args.version,
                                            only=[args.policy_id] if args.policy_id else None, formats=formats,
                                            progress=progress)
-        except (CheckpointError, MappingError, WeightImportError) as exc:
+        except (CheckpointError, MappingError, WeightImportError, RLModuleExportError, RLModuleWeightError) as exc:
             raise SetInputError(f"CHECKPOINT: {exc}") from exc
     with policy_set:
         return f"policy set {policy_set.name!r} with policies {policy_set.policy_ids} at {args.out}"

@@ -25,7 +25,15 @@ from typing import Any
 
 from rlserve.models.checkpoint.errors import CheckpointError
 
-__all__ = ["ModuleFiles", "algorithm_root", "is_new_stack", "locate_module", "module_ids", "read_metadata"]
+__all__ = [
+    "ModuleFiles",
+    "algorithm_root",
+    "checkpoint_module_ids",
+    "is_new_stack",
+    "locate_module",
+    "module_ids",
+    "read_metadata",
+]
 
 CTOR_FILE = "class_and_ctor_args.pkl"
 MODULE_STATE = ("module_state.pkl", "module_state.msgpack")
@@ -79,6 +87,17 @@ def module_ids(rl_module_dir: Path) -> list[str]:
     if not rl_module_dir.is_dir():
         return []
     return sorted(p.name for p in rl_module_dir.iterdir() if p.is_dir() and _is_module_dir(p))
+
+
+def checkpoint_module_ids(path: str | Path) -> list[str]:
+    """The ids of every module ``locate_module`` can pick at ``path`` (an algorithm directory,
+    ``rl_module`` or one module's directory); [] where there are none."""
+    path = Path(path)
+    if not is_new_stack(path):
+        return []
+    if (path / RL_MODULE_DIR).is_dir():
+        return module_ids(path / RL_MODULE_DIR)
+    return module_ids(path) or ([path.name] if _is_module_dir(path) else [])
 
 
 def read_metadata(directory: Path) -> dict[str, Any]:

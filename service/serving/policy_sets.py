@@ -122,13 +122,16 @@ def _export_checkpoint_set(path: Path, name: str | None, mapping: AgentMapping |
         raise BundleInvalid(f"serving an RLlib checkpoint needs torch to export it ({exc.name} is not installed)",
                             field="checkpoint", received=path.name) from None
     from rlserve.models.checkpoint import CheckpointError
+    from rlserve.models.export.from_rlmodule import RLModuleExportError
     from rlserve.models.rllib_import import WeightImportError
+    from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
     tmp = tempfile.TemporaryDirectory(prefix="rlserve-policy-set-")
     try:
         out = Path(tmp.name) / (name or path.resolve().name)
         policy_set = export_policy_set(path, out, mapping, name=name or path.resolve().name, formats=("onnx",))
-    except (CheckpointError, WeightImportError, BundleError, MappingError, OSError) as exc:
+    except (CheckpointError, WeightImportError, RLModuleExportError, RLModuleWeightError, BundleError, MappingError,
+            OSError) as exc:
         tmp.cleanup()
         raise BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r} as a policy set: {exc}",
                             field="checkpoint", received=path.name) from exc

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from newstack_cases import NewStackCase, episode_ids, load_case, module_pairs, newstack_dir
+from newstack_cases import NewStackCase, assert_close, episode_ids, load_case, module_pairs, newstack_dir
 from server_process import rlserve_command, running_server
 
 from rlserve.models.export.bundle import load_bundle
@@ -36,7 +36,6 @@ from rlserve.models.newstack.layout import RL_MODULE_DIR
 
 pytestmark = pytest.mark.e2e
 
-RTOL = ATOL = 1e-5
 CHUNK = 25  # observations per request (images as JSON lists are large)
 
 
@@ -72,11 +71,6 @@ def _act(client: httpx.Client, name: str, body: dict[str, Any]) -> dict[str, Any
     return response.json()
 
 
-def _close(actual: Any, expected: Any, what: str) -> None:
-    np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
-                               rtol=RTOL, atol=ATOL, err_msg=what)
-
-
 def _flat(value: Any) -> list[float]:
     """A JSON action as its leaves in RLlib's order (Dict keys sorted)."""
     if isinstance(value, dict):
@@ -85,7 +79,7 @@ def _flat(value: Any) -> list[float]:
 
 
 def _same(actual: Any, expected: Any, what: str) -> None:
-    _close(_flat(actual), _flat(expected), what)
+    assert_close(_flat(actual), _flat(expected), what)
 
 
 def _agent_of(case: NewStackCase, module_id: str) -> str | None:
@@ -117,13 +111,13 @@ def test_fixed_observations_over_http(server: httpx.Client, case_id: str, module
             _same(got["raw_action"][j], _row(fixed, "action", i), f"{where}: module action")
             _same(got["actions"][j], _row(fixed, "action_for_env", i), f"{where}: action for the env")
             reference = fixed["q_values"] if q_policy else fixed["action_dist_inputs"]
-            _close(got["q_values" if q_policy else "dist_inputs"][j], reference[i], f"{where}: dist inputs")
+            assert_close(got["q_values" if q_policy else "dist_inputs"][j], reference[i], f"{where}: dist inputs")
             if "value" in fixed:
-                _close(got["value"][j], fixed["value"][i], f"{where}: value")
+                assert_close(got["value"][j], fixed["value"][i], f"{where}: value")
             else:
                 assert got["value"][j] is None, f"{where}: a module without a value function answers null"
             if "logp" in fixed:
-                _close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
+                assert_close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
 
 
 @pytest.mark.parametrize("case_id", episode_ids() or ["<none>"])
@@ -141,8 +135,8 @@ def test_episode_over_http_in_a_session(server: httpx.Client, case_id: str) -> N
             body["reward"] = episode["reward"][t - 1]
         got = _act(server, name, body)
         where = f"{case_id} step {t}"
-        _close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{where}: dist inputs")
-        _close(got["value"], episode["full_module_replay"]["value"][t], f"{where}: value")
+        assert_close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{where}: dist inputs")
+        assert_close(got["value"], episode["full_module_replay"]["value"][t], f"{where}: value")
 
 
 # --------------------------------------------------------------------------- exported, Redis, KServe v2
@@ -157,7 +151,7 @@ def _load_checkpoint_over_the_admin_api(client: httpx.Client, case: NewStackCase
     fixed = case.fixed()
     got = _act(client, loaded.json()["name"], {"observation": case.observations()[0], "explore": False,
                                                "outputs": ["dist_inputs"]})
-    _close(got["dist_inputs"], fixed["action_dist_inputs"][0], "admin-loaded checkpoint: dist inputs")
+    assert_close(got["dist_inputs"], fixed["action_dist_inputs"][0], "admin-loaded checkpoint: dist inputs")
 
 
 def _kserve_inputs(obs: Any, t: int, episode: dict[str, Any], prev: Any) -> list[dict[str, Any]]:
@@ -211,5 +205,5 @@ def test_an_exported_bundle_steps_an_episode_over_kserve_v2_with_sessions_in_red
             response = client.post("/v2/models/policy/infer", json=body)
             assert response.status_code == 200, response.text
             got = {o["name"]: o["data"] for o in response.json()["outputs"]}
-            _close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{case_id} step {t}: dist inputs")
-            _close(got["value"], episode["full_module_replay"]["value"][t], f"{case_id} step {t}: value")
+            assert_close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{case_id} step {t}: dist inputs")
+            assert_close(got["value"], episode["full_module_replay"]["value"][t], f"{case_id} step {t}: value")

@@ -24,6 +24,7 @@ from newstack_cases import case_ids, load_case, module_pairs, newstack_dir
 from rlserve.models.checkpoint import CheckpointError, UnsafePickleError
 from rlserve.models.newstack import (
     CustomModuleError,
+    checkpoint_module_ids,
     is_new_stack,
     locate_module,
     read_module_checkpoint,
@@ -61,11 +62,22 @@ def test_every_entry_point_is_detected_and_finds_the_same_module(case_id: str) -
             assert files.algorithm == root and files.env_to_module is not None
 
 
+@pytest.mark.parametrize("case_id", _ids())
+def test_the_modules_of_every_entry_point_are_listed(case_id: str) -> None:
+    """What a policy set exports from the checkpoint: every module RLlib recorded."""
+    case = _case(case_id)
+    root = case.checkpoint
+    assert checkpoint_module_ids(root) == checkpoint_module_ids(root / RL_MODULE_DIR) == sorted(case.module_ids)
+    for module_id in case.module_ids:
+        assert checkpoint_module_ids(root / RL_MODULE_DIR / module_id) == [module_id]
+
+
 def test_old_stack_checkpoints_are_not_new_stack() -> None:
     dirs = [load_checkpoint_case(i).checkpoint for i in old_case_ids()]
     assert dirs
     for directory in dirs:
         assert not is_new_stack(directory), directory
+        assert checkpoint_module_ids(directory) == []
 
 
 @pytest.mark.parametrize(("case_id", "module_id"), _pairs())

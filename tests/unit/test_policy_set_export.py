@@ -11,10 +11,14 @@ from pathlib import Path
 import gymnasium.spaces as gs
 import numpy as np
 import pytest
+from newstack_cases import case_ids as newstack_case_ids
+from newstack_cases import load_case as load_newstack_case
 
+from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.export.bundle import load_bundle
 from rlserve.models.export.cli import export_main, inspect_main
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.policy_set_export import checkpoint_policy_ids
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.models.multiagent.policy_set import load_policy_set
 
@@ -89,3 +93,32 @@ def test_a_set_of_listed_bundles_and_a_tampered_member(checkpoint, tmp_path, cap
                           "--out", str(tmp_path / "bad")], capsys)
     assert rc == 2 and "does not exist" in err
     assert load_bundle(tmp_path / "blue").manifest.name == "blue"
+
+
+def _new_stack_multi_agent() -> list[str]:
+    return [i for i in newstack_case_ids() if load_newstack_case(i).multi_agent]
+
+
+@pytest.mark.parametrize("case_id", _new_stack_multi_agent() or ["<none>"])
+def test_a_new_stack_checkpoints_modules_are_its_policies(case_id: str, tmp_path, capsys) -> None:
+    """The modules of a MultiRLModule are the set's policies; a mapping naming another is
+    refused before anything is exported (the export itself: tests/e2e/test_newstack_multiagent_e2e.py)."""
+    if case_id == "<none>":
+        pytest.fail("no multi-agent new-stack case: set RLSERVE_NEWSTACK_DIR")
+    case = load_newstack_case(case_id)
+    assert checkpoint_policy_ids(case.checkpoint) == sorted(case.module_ids)
+    rc, _, err = _export([str(case.checkpoint), "--out", str(tmp_path / "a"), "--map", "0=nope"], capsys)
+    assert rc == 2 and "names policies ['nope'] that the set does not have" in err
+    assert not (tmp_path / "a" / "policies").exists()
+
+
+def test_a_checkpoint_without_policies_is_refused(tmp_path, capsys) -> None:
+    module = tmp_path / "algo"
+    module.mkdir()
+    (module / "class_and_ctor_args.pkl").write_bytes(b"")  # new stack, but no module under it
+    with pytest.raises(CheckpointError, match="no RLModule here"):
+        checkpoint_policy_ids(module)
+    with pytest.raises(CheckpointError, match="no policies/<policy_id>/ here"):
+        checkpoint_policy_ids(tmp_path)
+    rc, _, err = _export([str(module), "--out", str(tmp_path / "out"), "--default-policy", "p"], capsys)
+    assert rc == 2 and "no RLModule here" in err
