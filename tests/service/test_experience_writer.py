@@ -115,7 +115,7 @@ def test_a_full_queue_drops_and_counts_rows_without_blocking(tmp_path):
         assert writer.offer(model, _episode("b", 6))
         started = time.perf_counter()
         assert not writer.offer(model, _episode("c", 6))  # 12 > 10 rows queued: dropped at once
-        assert time.perf_counter() - started < 0.05
+        assert time.perf_counter() - started < 1.0  # not the 10 s the stuck writer would take
         assert writer.dropped == {"queue_full": 6}
     finally:
         release.set()
