@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from rlserve.service.act.binary import ObservationBlock, decode_block
-from rlserve.service.errors import BadRequest, InvalidJSON, quoted, summarize_received, without
+from rlserve.service.errors import BadRequest, InvalidInput, InvalidJSON, quoted, summarize_received, without
 from rlserve.service.step.received import non_finite_token
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import check_rows
@@ -354,7 +354,9 @@ def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[A
     if values is None:
         return [default] * n
     if len(values) != n:
-        raise BadRequest(
+        # 422: the body is schema-valid (no JSON Schema can tie two arrays' lengths together)
+        # but does not fit together, like an observation that does not fit the model's space.
+        raise InvalidInput(
             f"'{name}' has {len(values)} entries but 'observations' has {n}",
             field=name,
             expected=n,

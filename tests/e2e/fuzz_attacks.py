@@ -142,7 +142,8 @@ def session_attacks(model: str, sid: str, t: int) -> list[Case]:
             "prev_actions[1]",
         ),
         case(
-            "batch-column-length", {**two, "session_ids": [sid, None], "rewards": [7.5]}, 400, "bad_request", "rewards"
+            "batch-column-length", {**two, "session_ids": [sid, None], "rewards": [7.5]}, 422, "invalid_input",
+            "rewards",
         ),
     ]
 
@@ -200,7 +201,7 @@ def batch_attacks(model: str, sids: list[str], t: int) -> list[Case]:
             "bad_request",
             "seeds[1]",
         ),
-        case("column-too-long", {**base, "session_ids": [*sids, None]}, 400, "bad_request", "session_ids"),
+        case("column-too-long", {**base, "session_ids": [*sids, None]}, 422, "invalid_input", "session_ids"),
         case(
             "bad-outputs",
             {**base, "episode_starts": [True, True], "outputs": ["value", "logits"]},

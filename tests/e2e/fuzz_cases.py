@@ -197,7 +197,7 @@ def field_cases() -> Iterator[Case]:
     for column, value in [("session_ids", None), ("episode_starts", False), ("rewards", 0.0),
                           ("prev_actions", None), ("action_masks", None), ("seeds", None)]:
         for n in (1, 3):
-            yield _box(f"{column}-length-{n}", {**two, column: [value] * n}, 400, "bad_request", column)
+            yield _box(f"{column}-length-{n}", {**two, column: [value] * n}, 422, "invalid_input", column)
         yield _box(f"{column}-with-single-form", {**one, column: [value]}, 400, "bad_request", column)
     for name, value in [("session_id", "a"), ("episode_start", True), ("reward", 1.0), ("prev_action", 1),
                         ("action_mask", [1, 1, 1]), ("seed", 1)]:

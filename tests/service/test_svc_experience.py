@@ -137,14 +137,14 @@ async def test_the_log_is_off_by_default_and_answers_carry_no_event_id(tmp_path)
     assert rewards.status_code == 404
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"observation": [0, 0, 0, 0], "terminateds": [True]}, "terminateds"),
-    ({"observations": [[0, 0, 0, 0]], "truncated": True}, "truncated"),
-    ({"observations": [[0, 0, 0, 0]], "terminateds": [True, False]}, "terminateds"),
+@pytest.mark.parametrize(("body", "field", "status"), [
+    ({"observation": [0, 0, 0, 0], "terminateds": [True]}, "terminateds", 400),
+    ({"observations": [[0, 0, 0, 0]], "truncated": True}, "truncated", 400),
+    ({"observations": [[0, 0, 0, 0]], "terminateds": [True, False]}, "terminateds", 422),  # one flag per row
 ])
-async def test_the_end_flags_take_the_request_form(tmp_path, body, field):
+async def test_the_end_flags_take_the_request_form(tmp_path, body, field, status):
     app, client = _app(tmp_path)
     async with client:
         response = await client.post(ACT, json=body)
     app.state.experience.close()
-    assert response.status_code == 400 and response.json()["error"]["field"] == field
+    assert response.status_code == status and response.json()["error"]["field"] == field

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from rlserve.service.act.wire import decode_request, to_rows
-from rlserve.service.errors import BadRequest, InvalidJSON
+from rlserve.service.errors import BadRequest, InvalidInput, InvalidJSON
 from rlserve.service.settings import NOT_SETTINGS, Settings, UnknownSetting
 
 
@@ -33,7 +33,6 @@ def test_batch_form_columns_default_per_row():
         ({}, "observation"),
         ({"observation": [1], "observations": [[1]]}, "observation"),
         ({"observations": []}, "observations"),
-        ({"observations": [[1], [2]], "session_ids": ["a"]}, "session_ids"),
         ({"observation": [1], "rewards": [1.0]}, "rewards"),
         ({"observations": [[1]], "reward": 1.0}, "reward"),
         ({"observation": [1], "bogus": 1}, "bogus"),
@@ -47,6 +46,16 @@ def test_malformed_requests_are_400_naming_the_field(payload, field):
     with pytest.raises(BadRequest) as info:
         rows_of(payload)
     assert info.value.status == 400 and info.value.field == field
+
+
+@pytest.mark.parametrize("column", ["session_ids", "rewards", "episode_starts", "terminateds"])
+def test_a_per_row_list_of_another_length_is_422_naming_it(column):
+    """Schema-valid JSON whose lists do not fit together: the input does not fit (422)."""
+    value = {"session_ids": None, "rewards": 1.0}.get(column, True)
+    with pytest.raises(InvalidInput) as info:
+        rows_of({"observations": [[1], [2]], column: [value]})
+    assert info.value.status == 422 and info.value.field == column
+    assert info.value.expected == 2 and info.value.received == 1
 
 
 def test_invalid_json_is_its_own_error():
