@@ -33,8 +33,8 @@ def test_an_unknown_command_suggests_the_closest(typed: str, meant: str) -> None
 def test_an_unknown_command_far_from_any_lists_them() -> None:
     done = _run("train")
     assert done.returncode == 2
-    assert done.stderr.strip() == ("rlserve: unknown command 'train': the commands are serve, export, inspect, demo "
-                                   "(`rlserve --help` lists them)")
+    assert done.stderr.strip() == ("rlserve: unknown command 'train': the commands are serve, export, inspect, demo, "
+                                   "experience (`rlserve --help` lists them)")
 
 
 def test_help_mentions_version() -> None:
