@@ -7,9 +7,27 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
 
 from oracle import case_names, load_case, oracle_dirs_text  # noqa: E402
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """The units of work of the default run's pytest-xdist workers (``--dist loadfile`` in
+    pyproject.toml): each test file is one, so its module-scoped servers start once, and all
+    of tests/conformance is one, so that its key-coverage check, which runs last there, sees
+    every comparison (its registry is per process). Other ``--dist`` modes are xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndConformance(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "tests/conformance" if scope.startswith("tests/conformance/") else scope
+
+    return FilesAndConformance(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -35,3 +53,4 @@ def redis_server(tmp_path_factory):
 
     with running_redis(tmp_path_factory.mktemp("redis")) as server:
         yield server
+

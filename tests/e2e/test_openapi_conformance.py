@@ -45,7 +45,11 @@ def _seeds() -> list[int]:
     chosen = os.environ.get("SCHEMATHESIS_SEEDS")
     if chosen:
         return [int(seed) for seed in chosen.split(",")]
-    return [random.SystemRandom().randrange(1 << 31) for _ in range(SEEDS)]
+    # pytest-xdist's workers each collect the tests and must draw the same ids: they share
+    # the run's random uid (uuid4), so the seeds come from it there and are as random.
+    run_uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    draw = random.Random(run_uid) if run_uid else random.SystemRandom()
+    return [draw.randrange(1 << 31) for _ in range(SEEDS)]
 
 
 def _operations(spec: dict) -> int:
