@@ -29,7 +29,8 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 # The per-row fields of the batch form, each the plural of its single-form field.
-_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows")
+_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows",
+            "terminateds", "truncateds")
 
 
 def _state_the_forms(schema: dict[str, Any]) -> None:
@@ -50,7 +51,8 @@ def _state_the_forms(schema: dict[str, Any]) -> None:
                                          f"'observations'); with 'observation' use '{column[:-1]}'")
     fields["session_ids"]["description"] += "; each session at most once per request"
     single_defaults = {"session_id": null, "episode_start": {"const": False}, "reward": null,
-                       "action_mask": null, "seed": null, "window": null, "step": null}
+                       "action_mask": null, "seed": null, "window": null, "step": null,
+                       "terminated": {"const": False}, "truncated": {"const": False}}
     fields["step"]["description"] = ("Single form, with 'session_id': the steps this session answered in its "
                                      "episode before this one (0 with episode_start); a retry is answered again")
     with_step = {"required": ["step"], "properties": {"step": {"type": "integer"}}}
