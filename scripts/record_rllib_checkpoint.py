@@ -146,7 +146,8 @@ def _strip_optimizer(checkpoint: Path) -> None:
             state_file.write_bytes(msgpack.packb(state))
 
 
-def _relative_paths(checkpoint: Path) -> None:
+def relative_paths(checkpoint: Path) -> None:
+    """The checkpoint's ``state_file`` entries made relative, so the folder can move."""
     for info in checkpoint.rglob("rllib_checkpoint.json"):
         data = json.loads(info.read_text())
         if "state_file" in data:
@@ -154,11 +155,12 @@ def _relative_paths(checkpoint: Path) -> None:
         info.write_text(json.dumps(data))
 
 
-def _to_list(x):
+def to_list(x):
+    """``x`` with numpy arrays and scalars as lists and numbers, for JSON."""
     if isinstance(x, dict):
-        return {k: _to_list(v) for k, v in x.items()}
+        return {k: to_list(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_to_list(v) for v in x]
+        return [to_list(v) for v in x]
     if isinstance(x, np.ndarray | np.generic):
         return x.tolist()
     return x
@@ -305,7 +307,7 @@ def main() -> None:
     algo.stop()
     if not args.keep_optimizer:
         _strip_optimizer(checkpoint)
-    _relative_paths(checkpoint)
+    relative_paths(checkpoint)
 
     algo = _reload(args, model, checkpoint)
     env = gym.make(args.env)
@@ -335,7 +337,7 @@ def main() -> None:
         reference["episode"] = episode
         arrays.update({f"episode_{k}": np.asarray(v) for k, v in episode.items() if k != "obs" and v})
         np.savez(args.out / "episode_states.npz", **states)
-    (args.out / "reference.json").write_text(json.dumps(_to_list(reference)))
+    (args.out / "reference.json").write_text(json.dumps(to_list(reference)))
     np.savez(args.out / "reference.npz", **arrays)
     print(f"wrote {args.out}")
 

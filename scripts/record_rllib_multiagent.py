@@ -40,6 +40,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from record_rllib_checkpoint import relative_paths, to_list  # the sibling script: same files, same JSON
 
 ENV_NAME = "pettingzoo_rps_v2_parallel"
 MAPPING = {"agents": {"player_0": "p0", "player_1": "p1"}, "patterns": [], "default": None}
@@ -126,24 +127,6 @@ def _strip_optimizer(checkpoint: Path) -> None:
         state_file.write_bytes(pickle.dumps(state))
 
 
-def _relative_paths(checkpoint: Path) -> None:
-    for info in checkpoint.rglob("rllib_checkpoint.json"):
-        data = json.loads(info.read_text())
-        if "state_file" in data:
-            data["state_file"] = Path(data["state_file"]).name
-        info.write_text(json.dumps(data))
-
-
-def _to_list(x):
-    if isinstance(x, dict):
-        return {k: _to_list(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_to_list(v) for v in x]
-    if isinstance(x, np.ndarray | np.generic):
-        return x.tolist()
-    return x
-
-
 class Answerer:
     """One policy of the restored algorithm, answered the way the old stack's samplers ask."""
 
@@ -228,7 +211,7 @@ def main() -> None:
     algo.save(str(checkpoint))
     algo.stop()
     _strip_optimizer(checkpoint)
-    _relative_paths(checkpoint)
+    relative_paths(checkpoint)
 
     algo = Algorithm.from_checkpoint(str(checkpoint))
     answerers = {pid: Answerer(algo, pid) for pid in MODELS}
@@ -248,7 +231,7 @@ def main() -> None:
         "episodes": episodes,
         "ray_version": ray.__version__,
     }
-    (args.out / "reference.json").write_text(json.dumps(_to_list(reference)))
+    (args.out / "reference.json").write_text(json.dumps(to_list(reference)))
     np.savez(args.out / "episode_states.npz", **states)
     print(f"wrote {args.out}")
 
