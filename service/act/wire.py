@@ -365,22 +365,25 @@ def _column(values: list[Any] | None, n: int, name: str, default: Any) -> list[A
     return values
 
 
+# The two forms' own fields. The batch form's lists are the single form's fields plus an s;
+# the single form's fields must keep these defaults in a batch request. The OpenAPI schema
+# states the forms from these (service/api/act.py), so the two cannot drift apart.
+BATCH_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows",
+                 "terminateds", "truncateds")
+SINGLE_DEFAULTS: dict[str, Any] = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None,
+                                   "seed": None, "window": None, "step": None, "terminated": False,
+                                   "truncated": False}
+
+
 def _no_batch_fields(req: ActRequest) -> None:
-    if (req.session_ids is None and req.episode_starts is None and req.rewards is None
-            and req.prev_actions is None and req.action_masks is None and req.seeds is None
-            and req.windows is None and req.terminateds is None and req.truncateds is None):
-        return
-    for name in ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows",
-                 "terminateds", "truncateds"):
+    for name in BATCH_COLUMNS:
         if getattr(req, name) is not None:
             raise BadRequest(f"'{name}' belongs to the batch form; with 'observation' use '{name[:-1]}'", field=name,
                              expected=f"'{name[:-1]}' with 'observation'", received=f"'{name}'")
 
 
 def _no_single_fields(req: ActRequest) -> None:
-    singles = {"session_id": None, "episode_start": False, "reward": None, "action_mask": None, "seed": None,
-               "window": None, "step": None, "terminated": False, "truncated": False}
-    for name, default in singles.items():
+    for name, default in SINGLE_DEFAULTS.items():
         if getattr(req, name) != default:
             if name == "step":
                 raise BadRequest("'step' (a retry-safe step index) is only taken with 'observation'", field=name,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request, Response
 from rlserve.service.act.binary import DTYPES, is_raw
 from rlserve.service.act.raw import act_raw
 from rlserve.service.act.use_case import ActService
-from rlserve.service.act.wire import ActRequest, ActResponse, schema_hook
+from rlserve.service.act.wire import BATCH_COLUMNS, SINGLE_DEFAULTS, ActRequest, ActResponse, schema_hook
 from rlserve.service.api.bodies import body_limit, read_body
 from rlserve.service.api.openapi import errors
 from rlserve.service.sessions.store import MAX_SESSION_ID_LENGTH
@@ -28,11 +28,6 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     return {"request": request, "response": response}, components
 
 
-# The per-row fields of the batch form, each the plural of its single-form field.
-_COLUMNS = ("session_ids", "episode_starts", "rewards", "prev_actions", "action_masks", "seeds", "windows",
-            "terminateds", "truncateds")
-
-
 def _state_the_forms(schema: dict[str, Any]) -> None:
     """Add to ``ActRequest``'s schema what ``wire.to_rows`` and the session lookup enforce
     beyond the field types: exactly one of ``observation`` / ``observations`` (a non-empty
@@ -40,26 +35,25 @@ def _state_the_forms(schema: dict[str, Any]) -> None:
     column has one entry per observation, and a session appears once per request, JSON
     Schema cannot say; the field descriptions do.)"""
     fields = schema["properties"]
-    assert all(c in fields and c[:-1] in fields for c in _COLUMNS), "ActRequest fields changed"
+    assert all(c in fields and c[:-1] in fields for c in BATCH_COLUMNS), "ActRequest fields changed"
     null = {"type": "null"}
     ids = [fields["session_id"], *[s["items"] for s in fields["session_ids"]["anyOf"] if s.get("type") == "array"]]
     for string in [s for field in ids for s in field["anyOf"] if s.get("type") == "string"]:
         string.update(minLength=1, maxLength=MAX_SESSION_ID_LENGTH)
     fields["observations"]["minItems"] = 1
-    for column in _COLUMNS:
+    for column in BATCH_COLUMNS:
         fields[column]["description"] = (f"Batch form: one entry per observation (the list is as long as "
                                          f"'observations'); with 'observation' use '{column[:-1]}'")
     fields["session_ids"]["description"] += "; each session at most once per request"
-    single_defaults = {"session_id": null, "episode_start": {"const": False}, "reward": null,
-                       "action_mask": null, "seed": null, "window": null, "step": null,
-                       "terminated": {"const": False}, "truncated": {"const": False}}
+    single_defaults = {name: null if default is None else {"const": default}
+                       for name, default in SINGLE_DEFAULTS.items()}
     fields["step"]["description"] = ("Single form, with 'session_id': the steps this session answered in its "
                                      "episode before this one (0 with episode_start); a retry is answered again")
     with_step = {"required": ["step"], "properties": {"step": {"type": "integer"}}}
     schema["oneOf"] = [
         {"title": "single", "description": "One row: 'observation' and the single-form fields",
          "required": ["observation"], "not": {"required": ["observations"]},
-         "properties": {column: null for column in _COLUMNS},
+         "properties": {column: null for column in BATCH_COLUMNS},
          # A step index counts a session's steps; an episode start is step 0.
          "allOf": [{"if": with_step, "then": {"required": ["session_id"],
                                               "properties": {"session_id": {"type": "string"}}}},
