@@ -124,6 +124,9 @@ class BatchStep:
         self.sessions = sessions
         self.mask_layout = mask_layout
         self.obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
+        # Integer observations (``Preparer.narrow_obs``) reach the model as ``obs_dtype``:
+        # cast here while the batch is assembled, or by the runtime's staging copy.
+        self._runtime_casts = bool(getattr(runtime, "casts_inputs", False))
         self.rng = np.random.default_rng(seed)
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         self.stateful = signature.is_recurrent or signature.uses_prev_actions or signature.uses_prev_rewards
@@ -271,12 +274,12 @@ class BatchStep:
         rows = [s.obs_row for s in steps]
         if None not in rows:  # every request a plain row: one conversion for the batch
             return np.array(rows, dtype=self.obs_dtype)
-        if len(steps) == 1:
-            obs = steps[0].obs
-            assert obs is not None  # its obs_row is None, so it was decoded into obs
-            return obs
-        return np.concatenate([np.array([s.obs_row], dtype=self.obs_dtype) if s.obs is None else s.obs
-                               for s in steps])
+        parts = [np.array([s.obs_row], dtype=self.obs_dtype) if s.obs is None else s.obs for s in steps]
+        if self._runtime_casts and len({part.dtype for part in parts}) == 1:
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)  # the runtime casts on staging
+        if len(parts) == 1:
+            return parts[0] if parts[0].dtype == self.obs_dtype else parts[0].astype(self.obs_dtype)
+        return np.concatenate(parts, dtype=self.obs_dtype)
 
     @staticmethod
     def _slots(steps: list[Step]) -> np.ndarray:

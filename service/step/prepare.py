@@ -100,6 +100,13 @@ class Preparer:
         self._input_checked = (pipeline.passes_through and pipeline.obs_filter is None
                                and (space_dtype == obs_dtype
                                     or (space_dtype.kind in "iub" and obs_dtype in (np.float32, np.float64))))
+        # An integer Box passed through unchanged (an 84x84x4 uint8 frame) stays in the
+        # dtype it was decoded in until its batch is assembled: the batch casts once
+        # (``BatchStep``), or the runtime's staging does on its copy to the device, instead
+        # of a float copy per request (4x the bytes) copied again into the batch. The cast
+        # is the same one, only later, so the model sees the same values.
+        self.narrow_obs = (pipeline.passes_through and pipeline.obs_filter is None and space_dtype.kind in "iub"
+                           and obs_dtype.kind == "f")
 
     def _plain_box_width(self) -> int:
         """Length of a flat float32 Box observation that goes to the model unchanged
@@ -166,7 +173,7 @@ class Preparer:
             decoded = [self._decode_obs(space, rows.observations[0], field)]
         else:
             decoded = codec.decode_batch(space, rows.observations, field)
-        obs = self._preprocess(decoded, field)
+        obs = self._preprocess(decoded, field, narrow=self.narrow_obs)
         n = len(decoded)
         return Step(
             obs=obs,
@@ -194,7 +201,9 @@ class Preparer:
                                expected=codec.describe_space(space), received="a binary block")
         return self._decode_column(space, block, "observations")
 
-    def _preprocess(self, decoded: list[Any] | np.ndarray, field: str) -> np.ndarray:
+    def _preprocess(self, decoded: list[Any] | np.ndarray, field: str, narrow: bool = False) -> np.ndarray:
+        """The model's ``obs`` rows; with ``narrow``, integer rows keep their dtype (see
+        ``narrow_obs``)."""
         try:
             obs = self.pipeline.preprocess(decoded)
         except ValueError as exc:
@@ -207,6 +216,8 @@ class Preparer:
                 expected=codec.describe_space(self.pipeline.obs_space) if expected is None else expected,
                 received=str(exc) if received is None else received,
             ) from None
+        if narrow and obs.dtype.kind in "iub":
+            return np.ascontiguousarray(obs)  # integers are finite in any float dtype
         obs = np.ascontiguousarray(obs, dtype=self.obs_dtype)
         if not self._input_checked and obs.dtype.kind == "f" and not np.isfinite(obs).all():
             row = int(np.argmin(np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)))

@@ -29,3 +29,12 @@ def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
     assert machine["cores"] >= 1 and machine["cpu"] and "CPUExecutionProvider" in machine["providers"]
     assert "| model | workers | rows/request |" in text and "targets: MLP on CUDA" in text
     assert text.count("cpu   mlp    w=1  rows=4") == 2 and text.count("cpu   vision w=1  rows=4") == 2
+
+
+def test_the_frames_benchmark_measures_both_casts(tmp_path):
+    """scripts/bench_frames.py: the host side of VisionNet batches (the GPU server's CPU cost)."""
+    text = run_script("bench_frames.py", "--rows", "4", "--requests", "3", "--seconds", "0.2", timeout=600)
+    assert "3 requests of 4 uint8 84x84x4 frames per batch" in text and "cpu:" in text
+    for label in ("batch cast", "staging cast"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(f"{label}:"))
+        assert float(line.split(":")[1].split()[0]) > 0, line

@@ -83,6 +83,7 @@ class OnnxRuntime:
         self.output_names = [o.name for o in self._session.get_outputs()]
         run_options = ort.RunOptions()
         self.staging: HostStaging | None = pinned_staging() if placement.cuda else None
+        self.casts_inputs = self.staging is not None  # the staging copy casts (``BoundRunner``)
         self._run_full = self._runner(self._session, self.output_names, run_options)
         self._run_policy = (None if self._policy_session is None else
                             self._runner(self._policy_session, self._policy_outputs, run_options))

@@ -76,6 +76,9 @@ class TorchScriptRuntime:
         # which the caller already produces; keep what it hands us for obs.
         self.input_dtypes = {name: np.dtype(np.float32) for name in self._input_names}
         self._inputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
+        # On CUDA inputs go through pinned blocks in the dtype they came in (a uint8 frame
+        # is a quarter of its float32 bytes on the bus) and become float32 on the device.
+        self.casts_inputs = self._cuda
         self._outputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
         notes = "".join(f"; {note}" for note in placement.notes)
         if retargeted:
@@ -101,7 +104,7 @@ class TorchScriptRuntime:
         assert self._inputs is not None and self._outputs is not None
         with torch.inference_mode():
             args = [torch.from_numpy(self._inputs.stage(name, inputs[name])).to(self._device, non_blocking=True)
-                    for name in self._input_names]
+                    .to(torch.float32) for name in self._input_names]
             outputs = self._module(*args)
             if isinstance(outputs, torch.Tensor):
                 outputs = (outputs,)
