@@ -62,6 +62,7 @@ EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
+                   "scripts/rllib_case_meta.py": {"ray"},  # record_rllib_cases.py's case.json metadata
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
                    "scripts/record_rllib_offline_schema.py": {"ray"},
                    "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"},
