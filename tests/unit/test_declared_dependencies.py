@@ -66,8 +66,10 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
                    "scripts/record_rllib_offline_schema.py": {"ray"},
                    "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"},
-                   # dm-tree and msgpack-numpy come with ray's rllib extra
-                   "scripts/record_newstack_cases.py": {"ray", "tree", "msgpack_numpy"}}
+                   "scripts/record_newstack_cases.py": {"ray"},
+                   # record_newstack_cases.py's restored-checkpoint readers; dm-tree and
+                   # msgpack-numpy come with ray's rllib extra
+                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"}}
 
 
 def _normalize(name: str) -> str:
