@@ -25,16 +25,19 @@ the machine's state (time, CPU model, ``nproc``, load averages, commit).
 The load generator runs in its own process (uvloop, raw sockets, pre-encoded requests)
 so its cost is small and separate from the server's; on a 2-core machine they still share
 the cores, as a co-located client would.
+
+The bundles and each scenario's requests are in bench_scenarios.py; the machine line, the
+results file, the before/after table and the targets in bench_report.py. This module keeps
+the servers, the load generator and the runs, and re-exports those names for the scripts
+that import it (bench_agents.py, bench_gpu.py, bench_frames.py, ...).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing as mp
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -46,6 +49,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_report import BINARY_TARGET, compare, machine_state, summarize, write_results  # noqa: E402
+from bench_scenarios import (  # noqa: E402, F401  (re-exported: other bench scripts import them from here)
+    KEYS,
+    OBS_PER_REQUEST,
+    SCENARIOS,
+    _request,
+    act_binary64,
+    build_bundles,
+    infer_binary64,
+    lstm_sessions,
+    lstm_stateless,
+    minimal,
+    mlp_batch64,
+    mlp_single,
+    obs_row,
+)
 
 MINIMAL_APP = '''
 import orjson
@@ -59,30 +79,6 @@ async def app(scope, receive, send):
         (b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]})
     await send({"type": "http.response.body", "body": BODY})
 '''
-
-
-# --------------------------------------------------------------------------- bundles
-
-def build_bundles(repo: Path) -> None:
-    import gymnasium.spaces as gs
-    import numpy as np
-    import torch
-
-    from rlserve.models.catalog import build_model
-    from rlserve.models.export.exporter import export_bundle
-
-    torch.set_num_threads(1)
-    obs = gs.Box(-1.0, 1.0, (16,), np.float32)
-    act = gs.Discrete(4)
-    configs = {
-        "mlp": {"fcnet_hiddens": [256, 256]},
-        "lstm": {"fcnet_hiddens": [256, 256], "use_lstm": True, "lstm_cell_size": 256},
-    }
-    for name, cfg in configs.items():
-        torch.manual_seed(0)
-        model = build_model(obs, act, cfg)
-        export_bundle(model, obs_space=obs, action_space=act, model_config=cfg, out_dir=repo / name,
-                      name=name, version="1", formats=["onnx"])
 
 
 # --------------------------------------------------------------------------- servers
@@ -158,11 +154,6 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 # --------------------------------------------------------------------------- load generator
-
-def _request(path: str, body: bytes, headers: str = "Content-Type: application/json\r\n") -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body
-
 
 async def _connection(port: int, requests: list[bytes], stop_at: float, warm_until: float,
                       latencies: list[float], errors: list[int], total: list[int]) -> None:
@@ -260,119 +251,6 @@ def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, w
     }
 
 
-# --------------------------------------------------------------------------- scenarios
-
-def obs_row(rng, dim: int = 16) -> list[float]:
-    return [round(float(x), 4) for x in rng.uniform(-1, 1, dim)]
-
-
-def mlp_single(c: int, rng) -> list[list[bytes]]:
-    return [[_request("/v1/models/mlp/act", json.dumps({"observation": obs_row(rng)}).encode()) for _ in range(8)]
-            for _ in range(c)]
-
-
-def mlp_batch64(c: int, rng) -> list[list[bytes]]:
-    return [[_request("/v1/models/mlp/act", json.dumps({"observations": [obs_row(rng) for _ in range(64)]}).encode())
-             for _ in range(4)] for _ in range(c)]
-
-
-def infer_binary64(c: int, rng) -> list[list[bytes]]:
-    """The batch64 observations as one FP32 tensor over the binary extension, outputs
-    (action, logp) asked for as binary: what tritonclient sends for
-    ``InferInput.set_data_from_numpy(obs)`` with ``InferRequestedOutput(name)``."""
-    import numpy as np
-
-    def one() -> bytes:
-        obs = np.array([obs_row(rng) for _ in range(64)], dtype=np.float32)
-        raw = obs.tobytes()
-        header = json.dumps({
-            "inputs": [{"name": "obs", "shape": list(obs.shape), "datatype": "FP32",
-                        "parameters": {"binary_data_size": len(raw)}}],
-            "outputs": [{"name": "action", "parameters": {"binary_data": True}},
-                        {"name": "logp", "parameters": {"binary_data": True}}],
-        }).encode()
-        headers = f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
-        return _request("/v2/models/mlp/infer", header + raw, headers)
-
-    return [[one() for _ in range(4)] for _ in range(c)]
-
-
-def act_binary64(c: int, rng) -> list[list[bytes]]:
-    """The batch64 observations as one raw application/octet-stream act body (float32,
-    C order) with X-Rlserve-Dtype/-Shape headers; answered with the JSON batch form."""
-    import numpy as np
-
-    def one() -> bytes:
-        raw = np.array([obs_row(rng) for _ in range(64)], dtype=np.float32).tobytes()
-        headers = "Content-Type: application/octet-stream\r\nX-Rlserve-Dtype: float32\r\nX-Rlserve-Shape: 64,16\r\n"
-        return _request("/v1/models/mlp/act", raw, headers)
-
-    return [[one() for _ in range(4)] for _ in range(c)]
-
-
-def lstm_sessions(c: int, rng) -> list[list[bytes]]:
-    # Each connection drives one session; the first step starts its episode (and creates
-    # it), the others continue it with a reward.
-    out = []
-    for k in range(c):
-        sid = f"bench-{k}-{rng.integers(1 << 30)}"
-        first = _request("/v1/models/lstm/act", json.dumps(
-            {"observation": obs_row(rng), "session_id": sid, "episode_start": True}).encode())
-        steps = [_request("/v1/models/lstm/act", json.dumps(
-            {"observation": obs_row(rng), "session_id": sid, "reward": 1.0}).encode()) for _ in range(8)]
-        out.append([first] + steps * 50)
-    return out
-
-
-def lstm_stateless(c: int, rng) -> list[list[bytes]]:
-    # The same LSTM model without sessions (initial state every call): what sessions cost.
-    return [[_request("/v1/models/lstm/act", json.dumps({"observation": obs_row(rng)}).encode()) for _ in range(8)]
-            for _ in range(c)]
-
-
-def minimal(c: int, rng) -> list[list[bytes]]:
-    return [[_request("/", json.dumps({"observation": obs_row(rng)}).encode())] for _ in range(c)]
-
-
-# (key, label, request maker, server env; None = the minimal app instead of rlserve)
-SCENARIOS = [
-    ("minimal", "minimal ASGI app", minimal, None),
-    ("mlp", "MLP 256x256, 1 obs", mlp_single, {}),
-    ("lstm", "LSTM 256 sessions, 1 obs", lstm_sessions, {}),
-    ("lstm_stateless", "LSTM 256 stateless, 1 obs", lstm_stateless, {}),
-    ("batch64", "MLP 256x256, 64 obs/request", mlp_batch64, {}),
-    ("binary64", "MLP 256x256, 64 obs/request, raw binary", act_binary64, {}),
-    ("infer64", "MLP 256x256, 64 obs/request, OIP binary", infer_binary64, {}),
-    ("nobatch", "MLP 256x256, 1 obs, batching off", mlp_single, {"RLSERVE_BATCHING": "false"}),
-    ("asgi", "MLP 256x256, 1 obs, ASGI handler", mlp_single, {"RLSERVE_ACT_PROTOCOL": "false"}),
-]
-KEYS = [key for key, *_ in SCENARIOS]
-OBS_PER_REQUEST = {"batch64": 64, "binary64": 64, "infer64": 64}
-
-
-def machine_state(label: str) -> None:
-    """What a reader needs to judge the numbers: when, on what, how busy, which code."""
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "?"
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = "?"
-    print(f"[{label}] {time.strftime('%Y-%m-%d %H:%M:%S %Z')}  cpu: {cpu}  nproc={os.cpu_count()}  "
-          f"load average (1/5/15 min): {load}  commit {commit}  python {platform.python_version()}", flush=True)
-
-
 def measure(port: int, make, c: int, rng, args, pid: int) -> dict:
     runs = [run_load(port, make(c, rng), args.duration, args.warmup, pid) for _ in range(args.repeat)]
     res = dict(sorted(runs, key=lambda r: r["req_s"])[len(runs) // 2])
@@ -463,50 +341,12 @@ def main() -> None:
     machine_state("end")
 
 
-def write_results(path: Path, rows: list[tuple[str, int, dict, int]], args: argparse.Namespace) -> None:
-    """The table's numbers as a results file (one run), for the plot and docs/benchmarks.md's table."""
-    from bench_results import run_record
-
-    labels = {key: label for key, label, *_ in SCENARIOS}
-    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip() or "?"
-    setup = (f"{'servers on CPU 0, load generator on CPU 1' if args.pin else 'not pinned'}; "
-             f"server settings: {' '.join(args.env) or 'defaults'}; nproc={os.cpu_count()}")
-    record = run_record("run", " ".join(["python", *sys.argv]), time.strftime("%Y-%m-%d %H:%M %Z"), commit, setup,
-                        [(key, labels[key], c, res, obs) for key, c, res, obs in rows])
-    path.write_text(json.dumps({"runs": [record]}, indent=1) + "\n")
-    print(f"results written to {path}", flush=True)
-
-
-def compare(before: list[tuple[str, int, dict, int]], after: list[tuple[str, int, dict, int]]) -> None:
-    """The before/after table of this run (markdown, for docs/benchmarks.md)."""
-    old = {(key, c): res for key, c, res, _ in before}
-    labels = {key: label for key, label, *_ in SCENARIOS}
-    print("\nbefore/after (same run, alternating):\n")
-    print("| scenario | c | req/s before | req/s after | after/before | p50 ms before | p50 ms after "
-          "| server CPU us/req before | after |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for key, c, res, obs in after:
-        if (key, c) not in old:
-            continue
-        b = old[(key, c)]
-        unit = f" ({obs} obs each)" if obs > 1 else ""
-        if b["errors"] or res["errors"]:  # e.g. a request form the baseline does not know
-            print(f"| {labels[key]}{unit} | {c} | errors: {b['errors']} before, {res['errors']} after "
-                  f"| | | | | | |", flush=True)
-            continue
-        print(f"| {labels[key]}{unit} | {c} | {b['req_s']:,.0f} | {res['req_s']:,.0f} | "
-              f"{res['req_s'] / b['req_s']:.2f} | {b['p50_ms']:.2f} | {res['p50_ms']:.2f} | "
-              f"{b['cpu_us']:.1f} | {res['cpu_us']:.1f} |", flush=True)
-
-
 PAIRS = [  # (label, numerator, denominator, target per concurrency (None: all), concurrencies (None: all))
     ("MLP 1 obs / minimal ASGI app", "mlp", "minimal", {1: 0.5, None: 0.8}, None),
     ("LSTM sessions / LSTM stateless", "lstm", "lstm_stateless", {None: 0.8}, None),
     ("64 obs: raw binary / JSON", "binary64", "batch64", {None: 1.0}, (16,)),
     ("64 obs: OIP binary / JSON", "infer64", "batch64", {None: 1.0}, (16,)),
 ]
-BINARY_TARGET = 250_000  # obs/s for 64-observation binary requests at c=16
 
 
 def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: list[int], rounds: int,
@@ -562,34 +402,6 @@ def paired(repo: Path, workdir: Path, extra_env: dict[str, str], concurrencies: 
     print("|---|---|---|---|---|---|---|")
     for line in summary:
         print(line)
-
-
-def summarize(rows: list[tuple[str, int, dict, int]]) -> None:
-    """The issue's targets, as ratios of numbers measured in this run."""
-    got = {(key, c): res for key, c, res, _ in rows}
-
-    def ratio(a: tuple[str, int], b: tuple[str, int]) -> str:
-        """req/s ratio, and in brackets the inverse ratio of server CPU per request."""
-        if a in got and b in got and got[b]["req_s"]:
-            return f"{got[a]['req_s'] / got[b]['req_s']:.2f} [cpu {got[b]['cpu_us'] / got[a]['cpu_us']:.2f}]"
-        return "n/a"
-
-    print("\ntargets (this run):")
-    for c in sorted({c for _, c in got}):
-        print(f"  c={c:<3} MLP / minimal ASGI {ratio(('mlp', c), ('minimal', c))} (>= {0.5 if c == 1 else 0.8})   "
-              f"LSTM sessions / MLP stateless {ratio(('lstm', c), ('mlp', c))}   "
-              f"LSTM sessions / LSTM stateless {ratio(('lstm', c), ('lstm_stateless', c))} (>= 0.8)")
-    for c in sorted({c for _, c in got}):
-        json64, raw64, infer64 = got.get(("batch64", c)), got.get(("binary64", c)), got.get(("infer64", c))
-        if json64 is not None or raw64 is not None or infer64 is not None:
-            def obs_s(res: dict | None) -> str:
-                return "n/a" if res is None else f"{res['req_s'] * 64:>9.0f}"
-            print(f"  64-obs requests c={c:<3} JSON {obs_s(json64)} obs/s   raw binary {obs_s(raw64)} obs/s   "
-                  f"OIP binary {obs_s(infer64)} obs/s (binary >= {BINARY_TARGET})")
-    worst = max(((res["p99_ms"] / res["p50_ms"], key, c) for (key, c), res in got.items()
-                 if key != "minimal" and res["p50_ms"] > 0), default=None)
-    if worst:
-        print(f"  worst p99/p50: {worst[0]:.2f} ({worst[1]} c={worst[2]}) (<= 3)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,11 @@ the restored EnvRunner's own env-to-module and module-to-env pipelines are drive
 - ``fixed``: each observation alone from a fresh episode, ``explore=False``;
 - ``episode`` (LSTM and frame-stacking cases): one episode with ``explore=True`` from env
   seed 103 after ``torch.manual_seed(103)``, the state carried through the episode.
+
+The environments, the cases and their training stay in this script (RLlib pickles the
+environment classes and connector factories by value from ``__main__`` into the
+checkpoint); the restored checkpoint's ``Driver`` and readers are in newstack_restored.py,
+the JSON and array helpers in newstack_json.py.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from newstack_json import _flat_keys, _jsonable, _stack, externalize
+from newstack_restored import Driver, _filter_decoded, _module_info, _state_dicts, _unbatch_state
 
 # --------------------------------------------------------------------------- environments
 
@@ -239,155 +246,7 @@ def scrub_paths(checkpoint: Path) -> None:
             path.write_bytes(data.replace(prefix, relative))
 
 
-# --------------------------------------------------------------------------- JSON helpers
-
-def _num(x: float) -> Any:
-    return x if np.isfinite(x) else ("inf" if x > 0 else ("-inf" if x < 0 else "nan"))
-
-
-def _bound(arr: np.ndarray) -> Any:
-    flat = np.ravel(arr).astype(np.float64)
-    if flat.size and np.all(flat == flat[0]):
-        return _num(float(flat[0]))
-    return np.vectorize(_num, otypes=[object])(arr.astype(np.float64)).tolist()
-
-
-def space_json(space: gym.Space) -> dict[str, Any]:
-    if isinstance(space, gym.spaces.Box):
-        return {"type": "Box", "low": _bound(space.low), "high": _bound(space.high), "shape": list(space.shape),
-                "dtype": str(space.dtype)}
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
-                "dtype": str(space.dtype)}
-    if isinstance(space, gym.spaces.Dict):
-        return {"type": "Dict", "keys": list(space.spaces),
-                "spaces": {k: space_json(s) for k, s in space.spaces.items()}}
-    if isinstance(space, gym.spaces.Tuple):
-        return {"type": "Tuple", "spaces": [space_json(s) for s in space.spaces]}
-    raise TypeError(f"no JSON for {space}")
-
-
-def _np(value: Any) -> Any:
-    """Tensors and nested dicts as numpy (first in any tuple)."""
-    import torch
-
-    if isinstance(value, dict):
-        return {k: _np(v) for k, v in value.items()}
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray | np.generic):
-        return value.tolist()
-    return value
-
-
-def _stack(rows: list[Any]) -> Any:
-    if isinstance(rows[0], dict):
-        return {k: _stack([r[k] for r in rows]) for k in rows[0]}
-    return np.stack([np.asarray(r) for r in rows])
-
-
-def _flat_keys(prefix: str, value: Any, out: dict[str, np.ndarray]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flat_keys(f"{prefix}/{k}", v, out)
-    else:
-        out[prefix] = np.asarray(value)
-
-
 # --------------------------------------------------------------------------- answers
-
-class Driver:
-    """The restored EnvRunner's pipelines around the full restored module, driven by hand."""
-
-    def __init__(self, checkpoint: Path):
-        from ray.rllib.algorithms.algorithm import Algorithm
-        from ray.rllib.connectors.env_to_module import MeanStdFilter
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
-        self.algo = Algorithm.from_checkpoint(str(checkpoint.resolve()))
-        self.runner = self.algo.env_runner
-        path = checkpoint / "learner_group" / "learner" / "rl_module" / "default_policy"
-        self.module = RLModule.from_checkpoint(str(path.resolve()))
-        self.module.eval()
-        self.filters = [c for c in self.runner._env_to_module.connectors if isinstance(c, MeanStdFilter)]
-        for connector in self.filters:
-            connector._update_stats = False  # serving freezes the statistics
-        env = self.runner.env
-        self.obs_space = env.single_observation_space
-        self.action_space = env.single_action_space
-
-    def episode(self, obs: Any):
-        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-
-        episode = SingleAgentEpisode(observation_space=self.obs_space, action_space=self.action_space)
-        episode.add_env_reset(observation=obs, infos={})
-        return episode
-
-    def step(self, episode, explore: bool) -> dict[str, Any]:
-        import torch
-
-        shared: dict[str, Any] = {}
-        batch = self.runner._env_to_module(episodes=[episode], batch={}, explore=explore, rl_module=self.module,
-                                           shared_data=shared)
-        record = {"connector_out": _np({k: v for k, v in batch.items() if k in ("obs", "state_in")})}
-        with torch.no_grad():
-            out = self.module.forward_exploration(batch, t=0) if explore else self.module.forward_inference(batch)
-            if hasattr(self.module, "compute_values"):
-                record["value"] = _np(self.module.compute_values(batch)).reshape(-1)[0]
-            if type(self.module).__name__.startswith("DefaultDQN"):
-                qf = self.module.compute_q_values(batch)
-                record["q_values"] = _np(qf["qf_preds"])[0]
-        if "action_dist_inputs" in out:
-            record["action_dist_inputs"] = _np(out["action_dist_inputs"]).reshape(1, -1)[0]
-        if "state_out" in out:
-            record["state_out"] = _unbatch_state(_np(out["state_out"]))
-        to_env = self.runner._module_to_env(rl_module=self.module, batch=out, episodes=[episode], explore=explore,
-                                            shared_data=shared)
-
-        def first(column: Any) -> Any:
-            """The one env's item of a column: a list per env, or a structure of batched arrays."""
-            if isinstance(column, list | tuple):
-                return column[0]
-            if isinstance(column, dict):
-                return {k: first(v) for k, v in column.items()}
-            return column[0]
-
-        actions = to_env.pop("actions")
-        for_env = to_env.pop("actions_for_env", actions)
-        record["action"] = _np(first(actions))
-        record["action_for_env"] = _np(first(for_env))
-        if "action_logp" in to_env:
-            # explore=False: RLlib's deterministic "logp" is zeros shaped like the action.
-            logp = _np(to_env["action_logp"][0])
-            record["rllib_action_logp"] = float(logp) if logp.ndim == 0 else logp
-        record["_extra"] = {k: first(v) for k, v in to_env.items()}
-        return record
-
-    def logp(self, dist_inputs: np.ndarray, action: Any) -> float:
-        import torch
-        import tree
-
-        cls = self.module.get_inference_action_dist_cls()
-        dist = cls.from_logits(torch.as_tensor(dist_inputs[None]))
-        value = tree.map_structure(lambda a: torch.as_tensor(np.asarray(a)[None]), action)
-        return float(dist.logp(value)[0])
-
-
-def _unbatch_state(state: Any) -> Any:
-    if isinstance(state, dict):
-        return {k: _unbatch_state(v) for k, v in state.items()}
-    return np.asarray(state)[0]
-
 
 def _observations(spec: dict[str, Any], count: int, seed: int = 11) -> list[Any]:
     env = ENVS[spec["env"]](spec.get("env_config")) if spec["env"] in ENVS else gym.make(spec["env"])
@@ -443,53 +302,6 @@ def _episode(driver: Driver, spec: dict[str, Any], steps: int, seed: int = 103) 
     return out
 
 
-def _module_info(driver: Driver, checkpoint: Path) -> dict[str, Any]:
-    import dataclasses
-
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-
-    runner_module = driver.runner.module
-    module = driver.module
-    cls = type(runner_module)
-    return {
-        "env_runner_module_class": f"{cls.__module__}.{cls.__qualname__}",
-        "observation_space": space_json(module.observation_space),
-        "action_space": space_json(module.action_space),
-        "model_config_effective": _jsonable(dataclasses.asdict(DefaultModelConfig()) | dict(module.model_config)),
-        "full_state_dict": {k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
-                            for k, v in module.state_dict().items()},
-        "is_stateful": bool(module.is_stateful()),
-    }
-
-
-def _state_dicts(checkpoint: Path) -> dict[str, Any]:
-    import pickle
-
-    out = {}
-    for path in sorted((checkpoint / "learner_group" / "learner" / "rl_module").glob("*/module_state.*")):
-        if path.suffix == ".msgpack":
-            import msgpack
-            import msgpack_numpy
-
-            state = msgpack.unpackb(path.read_bytes(), object_hook=msgpack_numpy.decode, strict_map_key=False)
-        else:
-            state = pickle.loads(path.read_bytes())
-        out[str(path.relative_to(checkpoint))] = {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                                                 for k, v in state.items()}
-    return out
-
-
-def _filter_decoded(driver: Driver) -> dict[str, Any] | None:
-    if not driver.filters:
-        return None
-    from ray.rllib.utils.filter import RunningStat
-
-    state = driver.filters[0].get_state()[None]
-    stats = [RunningStat.from_state(s) for s in state["running_stats"]]
-    return {"None": {"shape": np.asarray(state["shape"]).tolist(), "clip_by_value": state["clip_by_value"],
-                     "running_stats": [{"num_pushes": s.num_pushes, "mean_array (float64)": s.mean_array.tolist(),
-                                        "sum_sq_diff_array (float64)": s.sum_sq_diff_array.tolist()} for s in stats]}}
-
 
 def answer(name: str, out: Path, count: int = 30, steps: int = 30) -> None:
     import ray
@@ -523,30 +335,6 @@ def answer(name: str, out: Path, count: int = 30, steps: int = 30) -> None:
     np.savez_compressed(out / "reference.npz", **arrays)
     (out / "reference.json").write_text(json.dumps(externalize(_jsonable(reference))))
     driver.algo.stop()
-
-
-def externalize(reference: dict[str, Any], limit: int = 200) -> dict[str, Any]:
-    """Rows of ``fixed`` with more than ``limit`` numbers (images) are left to reference.npz:
-    ``"see reference.npz: fixed/<field>[/<key>]"`` per row, as the shared cases do; an
-    episode's module inputs that large are not kept."""
-
-    def size(value: Any) -> int:
-        if isinstance(value, dict):
-            return sum(size(v) for v in value.values())
-        return int(np.asarray(value).size)
-
-    def refer(value: list[Any], key: str) -> Any:
-        if value and isinstance(value[0], dict):
-            return {k: refer([row[k] for row in value], f"{key}/{k}") for k in value[0]}
-        return [f"see reference.npz: {key}"] * len(value)
-
-    for field, rows in reference["fixed"].items():
-        if isinstance(rows, list) and rows and not isinstance(rows[0], str) and size(rows[0]) > limit:
-            reference["fixed"][field] = refer(rows, f"fixed/{field}")
-    episode = reference.get("episode")
-    if episode and episode.get("connector_out") and size(episode["connector_out"][0]) > limit:
-        del episode["connector_out"]  # stacked images: what the module saw follows from obs and the state
-    return reference
 
 
 _USER_MODULES = ("mean_std_filter", "flatten_observations", "prev_actions_prev_rewards", "frame_stacking")

@@ -23,6 +23,11 @@ Weights: RLlib's own init (``torch.manual_seed(seed)`` before ``get_model_v2``),
 perturbed (``W += N(0,1)*0.5/sqrt(fan_in)`` for dim>=2 parameters, ``+= N(0,0.2^2)`` for
 1-D ones). Every case is recorded, its weights reloaded into a freshly built RLlib model
 (another seed) and every io key recomputed: they must be bit-identical or the script fails.
+
+The cases are listed in rllib_case_specs.py; the metadata of case.json (spaces and config as
+JSON, the weights' perturbation and description, the distribution, the preprocessor) comes
+from rllib_case_meta.py. This script loads the examples, builds and records the models and
+checks the reload.
 """
 
 from __future__ import annotations
@@ -34,122 +39,24 @@ import json
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rllib_case_meta import (
+    _dist_meta,
+    _init_stats,
+    _jsonable,
+    _perturb,
+    _preprocessor_meta,
+    _reached_parameters,
+    _weights_meta,
+    space_json,
+)
+from rllib_case_specs import Spec, _specs
 
 EXAMPLES = "ray.rllib.examples._old_api_stack.models"
 FORMAT_VERSION = 1
-
-
-@dataclass
-class Spec:
-    name: str
-    kind: str
-    module: str  # example module under EXAMPLES
-    cls: str
-    registered_as: str
-    obs_space: Any
-    action_space: Any
-    custom_model_config: dict[str, Any] = field(default_factory=dict)
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-    batch: int = 4
-    steps: int = 5
-    seed: int = 0
-    # Training-mode forward passes (``is_training=True``) over random batches of this many rows
-    # each, run after the perturbation and before the weights are saved: they move batch-norm
-    # running statistics away from their (0, 1) start.
-    warmup_batches: tuple[int, ...] = ()
-    # Makes the sampled observations meaningful (e.g. a 0/1 action mask); (obs, rng, row) -> obs.
-    fix_obs: Callable[[Any, Any, int], Any] | None = None
-    description: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def _specs() -> list[Spec]:
-    from gymnasium import spaces as gs
-
-    box = lambda n: gs.Box(-1.0, 1.0, (n,), np.float32)  # noqa: E731
-    return [
-        Spec(
-            "custom_rnn_small", "custom_recurrent", "rnn_model", "TorchRNNModel", "rnn",
-            box(4), gs.Discrete(3), {"fc_size": 16, "lstm_state_size": 8}, batch=3, steps=6, seed=101,
-            description="RLlib's TorchRNNModel (fc -> LSTM -> action/value heads) on a Box(4) obs",
-        ),
-        Spec(
-            "custom_rnn_box_action", "custom_recurrent", "rnn_model", "TorchRNNModel", "rnn",
-            box(6), gs.Box(-2.0, 2.0, (2,), np.float32), {"fc_size": 12, "lstm_state_size": 5},
-            batch=4, steps=5, seed=102,
-            description="RLlib's TorchRNNModel with other sizes and a DiagGaussian action",
-        ),
-        Spec(
-            "frame_stack_3", "trajectory_view", "trajectory_view_utilizing_models",
-            "TorchFrameStackingCartPoleModel", "frame_stack_model", box(4), gs.Discrete(2), {"num_frames": 3},
-            batch=3, steps=6, seed=201,
-            description="RLlib's TorchFrameStackingCartPoleModel: last 3 obs, previous 3 actions and rewards",
-        ),
-        Spec(
-            "frame_stack_2_wide", "trajectory_view", "trajectory_view_utilizing_models",
-            "TorchFrameStackingCartPoleModel", "frame_stack_model", box(3), gs.Discrete(4), {"num_frames": 2},
-            batch=2, steps=5, seed=202,
-            description="RLlib's TorchFrameStackingCartPoleModel with 2 frames and 4 actions",
-        ),
-        Spec(
-            "batch_norm_small", "batch_norm", "batch_norm_model", "TorchBatchNormModel", "bn_model",
-            box(4), gs.Discrete(3), batch=5, seed=301, warmup_batches=(16, 16, 8, 32),
-            description="RLlib's TorchBatchNormModel (2x [fc 256 relu, BatchNorm1d]) in inference mode after "
-            "four training-mode batches",
-            notes=[_WARMUP_NOTE],
-        ),
-        Spec(
-            "batch_norm_gaussian", "batch_norm", "batch_norm_model", "TorchBatchNormModel", "bn_model",
-            gs.Box(-3.0, 5.0, (7,), np.float32), gs.Box(-1.0, 1.0, (2,), np.float32), batch=4, seed=302,
-            warmup_batches=(8, 24, 12),
-            description="RLlib's TorchBatchNormModel on a shifted Box(7) obs with a DiagGaussian action, after "
-            "three training-mode batches",
-            notes=[_WARMUP_NOTE],
-        ),
-        Spec(
-            "parametric_actions_cartpole", "parametric_actions", "parametric_actions_model",
-            "TorchParametricActionsModel", "pa_model",
-            gs.Dict({"action_mask": gs.Box(0, 1, (6,), np.int8), "avail_actions": gs.Box(-10.0, 10.0, (6, 2)),
-                     "cart": gs.Box(-2.0, 2.0, (4,), np.float32)}),
-            gs.Discrete(6), model_overrides={"fcnet_hiddens": [32, 32]}, batch=6, seed=401, fix_obs=_mask_rows,
-            description="RLlib's TorchParametricActionsModel as the seeds' ParametricActionsCartPole uses it "
-            "(int8 mask, 2-d embeddings, default DQN heads built but unused)",
-        ),
-        Spec(
-            "parametric_actions_wide", "parametric_actions", "parametric_actions_model",
-            "TorchParametricActionsModel", "pa_model",
-            gs.Dict({"action_mask": gs.Box(0.0, 1.0, (5,), np.float32), "avail_actions": gs.Box(-1.0, 1.0, (5, 3)),
-                     "cart": gs.Box(-1.0, 1.0, (3,), np.float32)}),
-            gs.Discrete(5), {"true_obs_shape": [3], "action_embed_size": 3, "q_hiddens": [8], "dueling": True},
-            model_overrides={"fcnet_hiddens": [16], "fcnet_activation": "relu"}, batch=5, seed=402,
-            fix_obs=_mask_rows,
-            description="RLlib's TorchParametricActionsModel with 3-d embeddings, a float mask and dueling "
-            "DQN heads (unused by forward)",
-        ),
-    ]
-
-
-def _mask_rows(obs: Any, rng: Any, row: int) -> Any:
-    """A 0/1 action mask with at least one valid slot (every third row: exactly one)."""
-    mask = obs["action_mask"]
-    n = mask.shape[0]
-    valid = np.zeros(n, bool) if row % 3 == 2 else rng.random(n) < 0.6
-    valid[rng.integers(n)] = True
-    return {**obs, "action_mask": valid.astype(mask.dtype)}
-
-
-_WARMUP_NOTE = (
-    "after perturb(), the model ran forward({'obs': batch, 'is_training': True}) once per entry of "
-    "warmup_batches (random observations from the space), which updated the BatchNorm1d running_mean, "
-    "running_var and num_batches_tracked buffers (momentum 0.1); weights.npz holds those buffers. Every io key "
-    "comes from forward({'obs': obs}) with no is_training, which TorchBatchNormModel reads as False and so "
-    "sets its hidden layers to eval(): the running statistics normalise, the batch's own do not"
-)
 
 
 # ---------------------------------------------------------------- loading the examples
@@ -169,116 +76,6 @@ def _example_module(stem: str, examples_dir: Path | None) -> Any:
     sys.modules[dotted] = module
     spec.loader.exec_module(module)
     return module
-
-
-# ---------------------------------------------------------------- spaces and config as JSON
-
-
-def _number(x: float) -> Any:
-    x = float(x)
-    if np.isnan(x):
-        return "nan"
-    if np.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
-
-
-def _bound(arr: np.ndarray) -> Any:
-    flat = np.asarray(arr, np.float64).ravel()
-    if flat.size and np.all(flat == flat[0]):
-        return _number(flat[0])
-    return np.vectorize(_number, otypes=[object])(np.asarray(arr, np.float64)).tolist()
-
-
-def space_json(space: Any) -> dict[str, Any]:
-    from gymnasium import spaces as gs
-
-    if isinstance(space, gs.Box):
-        return {"type": "Box", "low": _bound(space.low), "high": _bound(space.high),
-                "shape": list(space.shape), "dtype": str(space.dtype)}
-    if isinstance(space, gs.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gs.Dict):
-        keys = list(space.spaces)
-        return {"type": "Dict", "keys": keys, "spaces": {k: space_json(space.spaces[k]) for k in keys}}
-    if isinstance(space, gs.Tuple):
-        return {"type": "Tuple", "spaces": [space_json(s) for s in space.spaces]}
-    raise TypeError(f"no JSON form for {space!r} in this script")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float):
-        return _number(value)
-    if isinstance(value, str | int | bool) or value is None:
-        return value
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return repr(value)
-
-
-# ---------------------------------------------------------------- weights
-
-
-def _perturb(model: Any, gen: Any) -> None:
-    import torch
-
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() >= 2:
-                fan_in = int(np.prod(p.shape[1:]))
-                p.add_(torch.randn(p.shape, generator=gen) * 0.5 / np.sqrt(fan_in))
-            else:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.2)
-
-
-def _init_stats(state: dict[str, Any]) -> dict[str, Any]:
-    stats = {}
-    for key, tensor in state.items():
-        a = tensor.detach().double().numpy()
-        entry = {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()), "std": float(a.std())}
-        if a.ndim >= 2:
-            norms = np.linalg.norm(a.reshape(a.shape[0], -1), axis=1)
-            entry.update(row_norm_min=float(norms.min()), row_norm_max=float(norms.max()))
-        stats[key] = entry
-    return stats
-
-
-def _weights_meta(model: Any, init_stats: dict[str, Any], reached: set[str]) -> dict[str, Any]:
-    state = model.state_dict(keep_vars=True)
-    params = dict(model.named_parameters(remove_duplicate=False))
-    by_ptr: dict[int, list[str]] = {}
-    for key, tensor in state.items():
-        by_ptr.setdefault(tensor.data_ptr(), []).append(key)
-    unique = {keys[0]: state[keys[0]] for keys in by_ptr.values()}
-    return {
-        "num_keys": len(state),
-        "num_unique_tensors": len(unique),
-        "num_parameters_unique": int(sum(t.numel() for k, t in unique.items() if k in params)),
-        "buffer_keys": sorted(k for k in state if k not in params),
-        "aliased_keys": [keys for keys in by_ptr.values() if len(keys) > 1],
-        "unreached_keys": sorted(k for k in params if k not in reached),
-        "shapes": {k: list(t.shape) for k, t in state.items()},
-        "init": "RLlib's own initialisation (torch.manual_seed(seed) before get_model_v2) followed by perturb(): "
-        "W += N(0,1)*0.5/sqrt(fan_in) for dim>=2 params, += N(0,0.2^2) for 1-D params; buffers untouched "
-        "unless the case's notes say otherwise. init_stats = per-key stats of the unperturbed RLlib init.",
-        "init_stats": init_stats,
-    }
-
-
-def _reached_parameters(model: Any, outputs: list[Any]) -> set[str]:
-    """Parameters with a gradient path to the given outputs (model_out and value)."""
-    import torch
-
-    params = dict(model.named_parameters(remove_duplicate=False))
-    total = sum(o.float().sum() for o in outputs if o.requires_grad)
-    grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
-    return {k for (k, _), g in zip(params.items(), grads, strict=True) if g is not None}
 
 
 # ---------------------------------------------------------------- one case
@@ -312,39 +109,6 @@ class Recorder:
             prep.observation_space, self.spec.action_space, num_outputs, self.config, framework="torch"
         )
         return model, dist_class, prep, num_outputs
-
-
-def _dist_meta(dist_class: Any) -> dict[str, Any]:
-    import functools
-
-    kwargs: dict[str, Any] = {}
-    cls = dist_class
-    if isinstance(dist_class, functools.partial):
-        cls = dist_class.func
-        kwargs = {k: (space_json(v) if hasattr(v, "sample") else _jsonable(v)) for k, v in dist_class.keywords.items()}
-    return {"class": cls.__name__, "module": cls.__module__, "kwargs": kwargs}
-
-
-def _preprocessor_meta(prep: Any, obs_space: Any) -> dict[str, Any]:
-    from gymnasium import spaces as gs
-    from ray.rllib.models.preprocessors import DictFlatteningPreprocessor, NoPreprocessor
-
-    shape = [int(d) for d in prep.shape]
-    meta = {"class": type(prep).__name__, "output_shape": shape, "size": int(prep.size),
-            "options": {"dim": 84, "grayscale": False, "zero_mean": True}}
-    if isinstance(prep, NoPreprocessor):
-        layout = [{"path": "obs", "preprocessor": type(prep).__name__, "offset": 0, "size": int(prep.size),
-                   "output_shape": shape}]
-        return {**meta, "layout": layout, "output_dtype": str(np.dtype(obs_space.dtype))}
-    if not isinstance(prep, DictFlatteningPreprocessor) or any(
-            isinstance(s, gs.Dict | gs.Tuple) for s in obs_space.spaces.values()):
-        raise NotImplementedError("this script records NoPreprocessor and one-level Dict observations only")
-    layout, offset = [], 0
-    for key, leaf in zip(obs_space.spaces, prep.preprocessors, strict=True):
-        layout.append({"path": f"obs/{key}", "preprocessor": type(leaf).__name__, "offset": offset,
-                       "size": int(leaf.size), "output_shape": [int(d) for d in leaf.shape]})
-        offset += int(leaf.size)
-    return {**meta, "layout": layout, "output_dtype": "float32"}
 
 
 def _torch(x: np.ndarray) -> Any:

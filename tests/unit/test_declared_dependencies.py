@@ -62,11 +62,14 @@ EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
 # answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
+                   "scripts/rllib_case_meta.py": {"ray"},  # record_rllib_cases.py's case.json metadata
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
                    "scripts/record_rllib_offline_schema.py": {"ray"},
                    "scripts/train_bc_on_experience.py": {"ray", "msgpack_numpy"},
-                   # dm-tree and msgpack-numpy come with ray's rllib extra
-                   "scripts/record_newstack_cases.py": {"ray", "tree", "msgpack_numpy"}}
+                   "scripts/record_newstack_cases.py": {"ray"},
+                   # record_newstack_cases.py's restored-checkpoint readers; dm-tree and
+                   # msgpack-numpy come with ray's rllib extra
+                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"}}
 
 
 def _normalize(name: str) -> str:
