@@ -72,12 +72,11 @@ class TorchScriptRuntime:
         exact = exact_convolutions(self._module) if self._cuda else 0
         self._input_names = list(input_names)
         self.output_names = list(output_names)
-        # The exported contract feeds float32 everywhere except a pass-through obs dtype,
-        # which the caller already produces; keep what it hands us for obs.
+        # The traced module takes float32 everywhere. On the CPU the caller casts; on CUDA
+        # inputs go through pinned blocks in the dtype they came in (a uint8 frame is a
+        # quarter of its float32 bytes on the bus) and become float32 on the device.
         self.input_dtypes = {name: np.dtype(np.float32) for name in self._input_names}
         self._inputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
-        # On CUDA inputs go through pinned blocks in the dtype they came in (a uint8 frame
-        # is a quarter of its float32 bytes on the bus) and become float32 on the device.
         self.casts_inputs = self._cuda
         self._outputs = HostStaging(_torch_pinned(torch), "pinned") if self._cuda else None
         notes = "".join(f"; {note}" for note in placement.notes)
