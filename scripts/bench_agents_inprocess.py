@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import statistics
 import sys
@@ -91,6 +90,7 @@ def main() -> None:
     import numpy as np
 
     from rlserve.service.app import create_app
+    from rlserve.service.server import settle_heap
     from rlserve.service.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,8 +105,7 @@ def main() -> None:
         repo = bench_agents.build_set(Path(tmp))
         app = create_app(Settings(repository=repo, policy_sets=[str(Path(tmp) / "team")],
                                   log_level="warning"))
-        gc.collect()
-        gc.freeze()  # as ``rlserve serve`` does once its models are loaded
+        settle_heap()  # the collector's settings ``rlserve serve`` uses once its models are loaded
         per_row = asyncio.run(_measure(app, args.seconds, args.rounds, np.random.default_rng(0)))
     medians = {label: statistics.median(values) for label, values in per_row.items()}
     base = medians["8 clients x 64-row requests"]

@@ -114,6 +114,21 @@ def configure_logging(settings: Settings) -> None:
     bound_log_lines()  # a client's long string is logged by its length, as in error bodies
 
 
+def settle_heap() -> None:
+    """The garbage collector's settings for serving, once the app and its models are loaded.
+
+    Everything allocated so far (frameworks, models) lives for the whole process; moving it
+    out of the collector's view keeps full collections from scanning it on the hot path
+    (measured: ~10 us per request and the tail latency spikes). A young-generation collection
+    runs every 700 container allocations by default; a multi-agent request allocates dicts
+    and lists per agent, so one ran every few requests. 20,000 makes them ~30x rarer, each
+    still short (scripts/bench_agents_inprocess.py: 8-agent requests 5-10% less CPU per row).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
+
+
 def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
     """Run one server process (on ``sockets`` when a supervisor bound them) until it stops."""
     configure_logging(settings)
@@ -131,16 +146,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
         for spec, why in failed.items():
             print(f"rlserve serve: {asked[spec]} {spec}: {' '.join(why.split())}", file=sys.stderr)
         return STARTUP_REFUSED
-    # Everything allocated so far (frameworks, models) lives for the whole process; moving
-    # it out of the collector's view keeps full collections from scanning it on the hot
-    # path (measured: ~10 us per request and the tail latency spikes).
-    gc.collect()
-    gc.freeze()
-    # A young-generation collection runs every 700 container allocations by default; a
-    # multi-agent request allocates dicts and lists per agent, so one ran every few requests.
-    # 20,000 makes them ~30x rarer, each still short (measured with
-    # scripts/bench_agents_inprocess.py: 8-agent requests 5-10% less CPU per row).
-    gc.set_threshold(20_000, 10, 10)
+    settle_heap()
     http: Any = "auto"
     if settings.act_protocol and app.raw_act is not None:
         from rlserve.service.act.protocol import act_protocol_class
