@@ -11,30 +11,24 @@ step index and answered once.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from fleet import (
     ACT,
     MODEL,
     Fleet,
-    Lane,
-    Replica,
     assert_same_episodes,
-    model_repository,
     observation,
     reference_run,
     run_episodes,
     step_body,
 )
+from race import assert_linear_history, race, race_body
 from server_process import ServerProcess
 
 from rlserve.service.app import DEFAULT_MODELS
@@ -42,32 +36,6 @@ from rlserve.service.app import DEFAULT_MODELS
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
 SESSIONS, STEPS = 200, 10
-
-
-@pytest.fixture
-def repository(tmp_path) -> Path:
-    return model_repository(tmp_path)
-
-
-@pytest.fixture
-def replicas(redis_server, repository):
-    """``replicas(n, **env)``: n server processes sharing the redis-server and the repository."""
-    started: list[ServerProcess] = []
-
-    def make(n: int = 1, **env: str) -> list[ServerProcess]:
-        base = {"RLSERVE_REPOSITORY": str(repository), "RLSERVE_SESSION_STORE": redis_server.url,
-                "RLSERVE_MAX_SESSIONS": "1000"}
-        servers = [ServerProcess({**base, **env}) for _ in range(n)]
-        started.extend(servers)
-        for server in servers:
-            server.start(wait=False)
-        for server in servers:
-            server.wait_ready()
-        return servers
-
-    yield make
-    for server in started:
-        server.stop()
 
 
 async def _reference(repository: Path):
@@ -173,7 +141,7 @@ async def test_two_replicas_racing_on_one_session_never_fork(replicas):
             started = await asyncio.gather(*(client.post(servers[0].url + ACT, json=step_body(k, 0))
                                              for k in sessions))
             assert all(r.status_code == 200 for r in started)
-            pairs = await _race(servers, sessions, ACT, lambda k, i: _race_body(k, "ab"[i]))
+            pairs = await race(servers, sessions, ACT, lambda k, i: race_body(k, "ab"[i]))
             for k, (a, b) in zip(sessions, pairs, strict=True):
                 codes = sorted((a.status_code, b.status_code))
                 assert codes in ([200, 200], [200, 409]), (k, a.text, b.text)
@@ -182,93 +150,11 @@ async def test_two_replicas_racing_on_one_session_never_fork(replicas):
                         conflicts += 1
                         error = response.json()["error"]
                         assert error["code"] == "session_conflict" and f"'s{k}'" in error["message"]
-            await asyncio.gather(*(_assert_linear_history(client, servers, k, a, b)
+            await asyncio.gather(*(assert_linear_history(client, servers, k, a, b)
                                    for k, (a, b) in zip(sessions, pairs, strict=True)))
             if conflicts:
                 break
     assert conflicts > 0, "no pair overlapped in three rounds: the race was not exercised"
-
-
-@dataclass
-class _Answer:
-    status_code: int
-    body: dict
-
-    def json(self) -> dict:
-        return self.body
-
-    @property
-    def text(self) -> str:
-        return json.dumps(self.body)
-
-
-async def _race(servers, sessions, path: str, body: Callable[[int, int], dict]) -> list[tuple[_Answer, _Answer]]:
-    """Each session's two steps (``body(k, replica)``), one to each replica, all written
-    within a millisecond: connections are opened first, then every request goes out before
-    any answer is read."""
-    lanes = {(k, i): Replica(servers[i].url) for k in sessions for i in (0, 1)}
-    for replica in lanes.values():  # connect now, so the sends below are only writes
-        lane = Lane(replica.host, replica.port)
-        await lane.connect()
-        replica.idle.append(lane)
-
-    async def send(k: int, i: int) -> _Answer:
-        status, answer = await lanes[k, i].post(path, body(k, i))
-        return _Answer(status, answer)
-
-    try:
-        return list(await asyncio.gather(*(asyncio.gather(send(k, 0), send(k, 1)) for k in sessions)))
-    finally:
-        for replica in lanes.values():
-            replica.close()
-
-
-def _race_body(session: int, which: str) -> dict:
-    obs = [0.5, -0.5] if which == "a" else [-0.9, 0.9]
-    return {"observation": obs, "session_id": f"s{session}", "reward": 1.0, "outputs": ["dist_inputs"]}
-
-
-async def _assert_linear_history(client, servers, k: int, a: _Answer, b: _Answer) -> None:
-    """The stored session is the initial step followed by exactly the steps answered 200,
-    in one order, and each 200 answer is what that order computes (no forked state)."""
-    winners = [(which, r.json()) for which, r in (("a", a), ("b", b)) if r.status_code == 200]
-    url = f"/v1/models/{MODEL}/sessions/s{k}"
-    info = (await client.get(servers[1].url + url)).json()
-    assert info["steps"] == 1 + len(winners)
-    probe = {"observation": [0.1, 0.1], "session_id": f"s{k}", "explore": False, "outputs": ["dist_inputs"]}
-    stored_next = (await client.post(servers[0].url + ACT, json=probe)).json()["dist_inputs"]
-    app_orders = [winners] if len(winners) == 1 else [winners, winners[::-1]]
-    for order in app_orders:
-        replay = await _replay(k, [which for which, _ in order])
-        answers_match = all(np.allclose(got["dist_inputs"], expected, rtol=1e-4, atol=1e-4)
-                            for (_, got), expected in zip(order, replay[:-1], strict=True))
-        if answers_match and np.allclose(stored_next, replay[-1], rtol=1e-4, atol=1e-4):
-            return
-    raise AssertionError(f"session s{k}: the stored state is no linear history of the answered steps {winners}")
-
-
-_REFERENCE_APPS: dict[str, object] = {}
-
-
-async def _replay(k: int, order: list[str]) -> list[list[float]]:
-    """Logits of the racing steps applied in ``order`` on an in-process app, then of the probe."""
-    from rlserve.service.app import create_app
-    from rlserve.service.settings import Settings
-
-    app = _REFERENCE_APPS.get("app") or _REFERENCE_APPS.setdefault("app", create_app(Settings()))
-    sid = f"ref-{k}-{''.join(order)}-{time.monotonic_ns()}"
-    out = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ref") as client:
-        first = step_body(k, 0)
-        first["session_id"] = sid
-        await client.post(ACT, json=first)
-        for which in order:
-            body = _race_body(k, which)
-            body["session_id"] = sid
-            out.append((await client.post(ACT, json=body)).json()["dist_inputs"])
-        probe = {"observation": [0.1, 0.1], "session_id": sid, "explore": False, "outputs": ["dist_inputs"]}
-        out.append((await client.post(ACT, json=probe)).json()["dist_inputs"])
-    return out
 
 
 async def test_workers_share_sessions_through_the_store(replicas, repository):
@@ -371,109 +257,3 @@ def _spawned_children(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmdline:
             children.append(int(entry.name))
     return children
-
-
-# --------------------------------------------------------------------------- Open Inference Protocol (v2)
-
-V2_INFER = f"/v2/models/{MODEL}/infer"
-
-
-def _v2_body(session: int, t: int, steps: int, indexed: bool = True) -> dict:
-    """Step t of a Triton-style sequence: ``sequence_id`` on every step, ``sequence_start``
-    (with its seed) on the first, ``sequence_end`` on the last; sampled actions, so the
-    seeded generator must continue exactly as well as the recurrent state."""
-    parameters: dict = {"sequence_id": f"v2-{session}", "explore": True}
-    if indexed:  # rlserve's step index: a step sent again is answered again, not applied twice
-        parameters["step"] = t
-    if t == 0:
-        parameters.update(sequence_start=True, seed=2000 + session)
-    if t == steps - 1:
-        parameters["sequence_end"] = True
-    return {"inputs": [{"name": "obs", "shape": [1, 2], "datatype": "FP32", "data": observation(session, t)}],
-            "outputs": [{"name": "action"}, {"name": "dist_inputs"}], "parameters": parameters}
-
-
-def _v2_step(answer: httpx.Response) -> tuple[int, list[float]]:
-    assert answer.status_code == 200, answer.text
-    outputs = {o["name"]: o["data"] for o in answer.json()["outputs"]}
-    return outputs["action"][0], outputs["dist_inputs"]
-
-
-async def test_v2_sequences_continue_across_a_killed_and_restarted_server(replicas, repository):
-    """KServe v2 ``infer`` reads a sequence it does not hold from the store and continues it,
-    as the JSON API does: a server killed with SIGKILL between two steps of every sequence
-    and restarted (nothing cached) answers a repeated step (``parameters.step``) once more
-    without moving the sequence, and the rest of each sequence exactly as an uninterrupted
-    in-process server does; ``sequence_end`` ends it in the store too."""
-    sessions, steps, kill_after = 24, 8, 4
-    [server] = replicas(1)
-    got: list[list[tuple[int, list[float]]]] = [[] for _ in range(sessions)]
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
-        async def step(t: int) -> None:
-            answers = await asyncio.gather(*(client.post(V2_INFER, json=_v2_body(s, t, steps))
-                                             for s in range(sessions)))
-            for s, answer in enumerate(answers):
-                got[s].append(_v2_step(answer))
-
-        for t in range(kill_after):
-            await step(t)
-        server.kill()  # SIGKILL: the copies held in memory are gone
-        await asyncio.to_thread(server.start)
-        # The last step before the kill, sent again (as by a client whose answer was lost):
-        # answered from the answer kept in the store, and the sequence does not move.
-        again = await asyncio.gather(*(client.post(V2_INFER, json=_v2_body(s, kill_after - 1, steps))
-                                       for s in range(sessions)))
-        assert [_v2_step(answer) for answer in again] == [got[s][-1] for s in range(sessions)]
-        for t in range(kill_after, steps):
-            await step(t)
-        # Ended by its last step, in the store as well: continuing it is refused.
-        after_end = _v2_body(0, 1, steps)
-        ended = await client.post(V2_INFER, json=after_end)
-        assert ended.status_code == 400 and "sequence 'v2-0'" in ended.json()["error"], ended.text
-        server.kill()
-        await asyncio.to_thread(server.start)
-        ended = await client.post(V2_INFER, json=after_end)  # a fresh process asks the store
-        assert ended.status_code == 400 and "sequence 'v2-0'" in ended.json()["error"], ended.text
-
-    from rlserve.service.app import create_app
-    from rlserve.service.settings import Settings
-
-    reference = create_app(Settings(repository=repository, max_sessions=64))
-    expected: list[list[tuple[int, list[float]]]] = [[] for _ in range(sessions)]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=reference), base_url="http://ref") as client:
-        for t in range(steps):
-            for s in range(sessions):
-                expected[s].append(_v2_step(await client.post(V2_INFER, json=_v2_body(s, t, steps))))
-    assert_same_episodes(got, expected)
-
-
-async def test_v2_replicas_racing_on_one_sequence_never_fork(replicas):
-    """Two replicas step one sequence at once over v2: one step wins, the other is refused
-    in the protocol's error shape (its 400, the message naming the sequence), never forked."""
-    servers = replicas(2, RLSERVE_MAX_BATCH_DELAY_MS="50")
-    racers, refused = 40, 0
-    async with httpx.AsyncClient(timeout=30) as client:
-        for attempt in range(3):  # a round where one replica ran late serializes: try again
-            sessions = range(attempt * racers, (attempt + 1) * racers)
-            started = await asyncio.gather(*(client.post(servers[0].url + V2_INFER, json=_v2_body(k, 0, 9))
-                                             for k in sessions))
-            assert all(r.status_code == 200 for r in started)
-            # Without step indexes: the two steps race for the store's compare-and-set.
-            pairs = await _race(servers, sessions, V2_INFER, lambda k, i: _v2_body(k, 1 + i, 9, indexed=False))
-            for k, (a, b) in zip(sessions, pairs, strict=True):
-                codes = sorted((a.status_code, b.status_code))
-                assert codes in ([200, 200], [200, 400]), (k, a.text, b.text)
-                for response in (a, b):
-                    if response.status_code == 400:
-                        refused += 1
-                        message = response.json()["error"]
-                        assert set(response.json()) == {"error"}
-                        assert f"sequence 'v2-{k}' was changed elsewhere" in message, message
-                # Both answered: they ran one after the other. Either way the store counts
-                # exactly the steps that were answered.
-                winners = [r for r in (a, b) if r.status_code == 200]
-                info = (await client.get(servers[1].url + f"/v1/models/{MODEL}/sessions/v2-{k}")).json()
-                assert info["steps"] == 1 + len(winners), (k, info)
-            if refused:
-                break
-    assert refused > 0, "no pair overlapped in three rounds: the race was not exercised"
