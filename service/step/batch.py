@@ -126,7 +126,7 @@ class BatchStep:
         self.obs_dtype = runtime.input_dtypes.get("obs", np.dtype(np.float32))
         # Integer observations (``Preparer.narrow_obs``) reach the model as ``obs_dtype``:
         # cast here while the batch is assembled, or by the runtime's staging copy.
-        self._runtime_casts = bool(getattr(runtime, "casts_inputs", False))
+        self._runtime_casts = runtime.casts_inputs
         self.rng = np.random.default_rng(seed)
         self.q_policy = pipeline.dist_spec.dist_class.inputs_are_q_values
         self.stateful = signature.is_recurrent or signature.uses_prev_actions or signature.uses_prev_rewards
