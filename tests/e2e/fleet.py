@@ -1,5 +1,6 @@
 """The client side of the durability tests: seeded LSTM episodes driven over HTTP through a
-small load balancer of the test's own (``Fleet``), and an in-process reference run.
+small load balancer of the test's own (``Fleet``), an in-process reference run, and the
+``rlserve serve`` replicas behind it (``replica_processes``).
 
 Every step carries its index (``"step": t``), so a step whose answer was lost (its
 server was killed with the request in flight) is sent again, to any replica, and
@@ -14,13 +15,14 @@ import json
 import shutil
 import socket
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+from server_process import ServerProcess
 
 MODEL = "cartpole-memory"  # the embedded LSTM policy (obs Box(2), Discrete(2))
 ACT = f"/v1/models/{MODEL}/act"
@@ -34,6 +36,27 @@ def model_repository(parent: Path) -> Path:
     repo.mkdir()
     shutil.copytree(DEFAULT_MODELS / MODEL, repo / MODEL)
     return repo
+
+
+def replica_processes(store_url: str, repository: Path) -> Iterator[Callable[..., list[ServerProcess]]]:
+    """A fixture's body: ``make(n, **env)`` starts n server processes sharing the session
+    store at ``store_url`` and ``repository``; every one started is stopped at the end."""
+    started: list[ServerProcess] = []
+
+    def make(n: int = 1, **env: str) -> list[ServerProcess]:
+        base = {"RLSERVE_REPOSITORY": str(repository), "RLSERVE_SESSION_STORE": store_url,
+                "RLSERVE_MAX_SESSIONS": "1000"}
+        servers = [ServerProcess({**base, **env}) for _ in range(n)]
+        started.extend(servers)
+        for server in servers:
+            server.start(wait=False)
+        for server in servers:
+            server.wait_ready()
+        return servers
+
+    yield make
+    for server in started:
+        server.stop()
 
 
 def observation(session: int, t: int) -> list[float]:

@@ -23,8 +23,10 @@ from fleet import (
     MODEL,
     Fleet,
     assert_same_episodes,
+    model_repository,
     observation,
     reference_run,
+    replica_processes,
     run_episodes,
     step_body,
 )
@@ -36,6 +38,17 @@ from rlserve.service.app import DEFAULT_MODELS
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
 SESSIONS, STEPS = 200, 10
+
+
+@pytest.fixture
+def repository(tmp_path) -> Path:
+    return model_repository(tmp_path)
+
+
+@pytest.fixture
+def replicas(redis_server, repository):
+    """``replicas(n, **env)``: n server processes sharing the redis-server and the repository."""
+    yield from replica_processes(redis_server.url, repository)
 
 
 async def _reference(repository: Path):

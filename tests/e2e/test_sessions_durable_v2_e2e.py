@@ -5,13 +5,25 @@ killed server and racing replicas: real redis-server, real ``rlserve serve`` pro
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 import pytest
-from fleet import MODEL, assert_same_episodes, observation
+from fleet import MODEL, assert_same_episodes, model_repository, observation, replica_processes
 from race import race
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
+
+
+@pytest.fixture
+def repository(tmp_path) -> Path:
+    return model_repository(tmp_path)
+
+
+@pytest.fixture
+def replicas(redis_server, repository):
+    """``replicas(n, **env)``: n server processes sharing the redis-server and the repository."""
+    yield from replica_processes(redis_server.url, repository)
 
 
 V2_INFER = f"/v2/models/{MODEL}/infer"
