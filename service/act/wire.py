@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import msgspec
@@ -219,10 +220,14 @@ def refusal(message: str, body: bytes) -> BadRequest:
                           received=message)
     what, raw_path = match["what"], match["path"]
     segments = [int(i) if i.isdigit() else _WILD if i == "..." else key for key, i in _SEGMENT.findall(raw_path)]
-    out_of_range = "out of range" in what
-    found = _locate(_loose(body), segments, "", out_of_range)
-    field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
     got = re.search(r", got `([^`]*)`", what)
+    loose = _loose(body)
+    # Under a "[...]" (msgspec elides the key of an object's entry) the entry named is the
+    # first whose value is what msgspec saw: an unparseable number, or a value of its type.
+    found = _locate(loose, segments, "", _culprit("out of range" in what, got[1] if got else None))
+    if found is None and got is not None:
+        found = _locate(loose, segments, "", _culprit(False, None))
+    field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
     received = _received(value) if value is not _NO_VALUE else (got[1] if got else what)
     what = without(what, value)  # msgspec quotes an invalid enum value whole
     return BadRequest(f"invalid request: {what} - at {field}", field=field,
@@ -256,20 +261,40 @@ def _loose(body: bytes) -> Any:
         return _NO_VALUE
 
 
-def _locate(value: Any, segments: list[Any], prefix: str, out_of_range: bool) -> tuple[str, Any] | None:
-    """(field path, value) at msgspec's path; a "[...]" is the key leading to a bad number."""
+def _culprit(out_of_range: bool, got: str | None) -> Callable[[Any], bool]:
+    """Whether a value (as ``_loose`` parsed it) can be the one msgspec refused."""
+    if out_of_range:
+        return _unparseable
+    if got is None or got not in _GOT_NAMES:
+        return lambda value: True
+    return lambda value: _json_type(value) == got
+
+
+def _json_type(value: Any) -> str:
+    """msgspec's name of a parsed JSON value's type (``got `...` ``)."""
+    if isinstance(value, _Number):
+        return "float" if any(c in value for c in ".eE") or value in ("NaN", "Infinity", "-Infinity") else "int"
+    return "null" if value is None else _JSON_TYPES.get(type(value), "?")
+
+
+_GOT_NAMES = {"float", "int", "bool", "str", "array", "object", "null"}
+
+
+def _locate(value: Any, segments: list[Any], prefix: str, culprit: Callable[[Any], bool]) -> tuple[str, Any] | None:
+    """(field path, value) at msgspec's path; a "[...]" is the key of the entry whose value
+    is the ``culprit``."""
     if not segments:
-        return (prefix, value) if not out_of_range or _unparseable(value) else None
+        return (prefix, value) if culprit(value) else None
     head, rest = segments[0], segments[1:]
     if head is _WILD and isinstance(value, dict):
         for key, item in value.items():
-            found = _locate(item, rest, f"{prefix}.{key}", out_of_range)
+            found = _locate(item, rest, f"{prefix}.{key}", culprit)
             if found is not None:
                 return found
     elif isinstance(head, int) and isinstance(value, list) and head < len(value):
-        return _locate(value[head], rest, f"{prefix}[{head}]", out_of_range)
+        return _locate(value[head], rest, f"{prefix}[{head}]", culprit)
     elif isinstance(head, str) and isinstance(value, dict) and head in value:
-        return _locate(value[head], rest, f"{prefix}.{head}" if prefix else head, out_of_range)
+        return _locate(value[head], rest, f"{prefix}.{head}" if prefix else head, culprit)
     return None
 
 
