@@ -1,0 +1,185 @@
+"""Hostile steps never change a multi-agent episode (end to end, seeded fuzzing of a policy set).
+
+A real ``rlserve serve`` process serves a policy set of a recurrent and a feed-forward
+policy (``fuzz_agents``). Two episodes play the same random valid steps with the same seed,
+sampling on: the control episode gets only those, the subject episode gets one to three
+hostile versions of each step before it (``fuzz_agents.hostile``), each of which must be
+refused with a documented 4xx and the error JSON naming its field. Every answer of the
+subject episode must then equal the control's (each agent's policy, sampled action, logp,
+value), and so must the episodes as the server describes them: a refused step changed no
+agent's state, no sampler, no seat and no step count. Random byte damage to steps of a
+third episode gets a 200 or a documented 4xx, never a 5xx.
+
+The seeds: a fixed few, and one drawn afresh each run (``RLSERVE_FUZZ_SEED`` replays one);
+a failure names its seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fuzz_agents import EXACT, MEMBERS, PATTERNS, EpisodePicture, hostile
+from fuzz_cases import Case
+from fuzz_checks import error_problems
+from fuzz_inputs import ANY, BUNDLES, random_request
+from server_process import running_server
+
+pytestmark = pytest.mark.e2e
+ACT = "/v1/models/team/agents/act"
+EPISODES, STEPS = 3, 25
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    import torch
+
+    from rlserve.models.catalog import build_model
+    from rlserve.models.export.exporter import export_bundle
+    from rlserve.models.export.policy_set_export import policy_set_from_bundles
+    from rlserve.models.multiagent.mapping import AgentMapping
+
+    root = tmp_path_factory.mktemp("agents_fuzz")
+    torch.set_num_threads(1)
+    for bundle in MEMBERS.values():
+        obs, act, config = BUNDLES[bundle]
+        torch.manual_seed(0)
+        export_bundle(build_model(obs, act, config), obs_space=obs, action_space=act, model_config=config,
+                      out_dir=root / "bundles" / bundle, name=bundle, version="1", formats=["onnx"])
+    (root / "repo").mkdir()
+    with policy_set_from_bundles({p: root / "bundles" / b for p, b in MEMBERS.items()}, root / "team",
+                                 AgentMapping(dict(EXACT), list(PATTERNS), None), name="team"):
+        pass
+    env = {"RLSERVE_POLICY_SETS": json.dumps([str(root / "team")]), "RLSERVE_LOG_LEVEL": "critical"}
+    with running_server(["--repository", str(root / "repo")], env=env) as url:
+        yield url
+
+
+def _seed(which: str) -> int:
+    if which != "fresh":
+        return int(which)
+    return int(os.environ.get("RLSERVE_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
+
+
+def _same_answers(subject: dict, control: dict) -> list[str]:
+    """How the subject episode's answer differs from the control's (ids aside)."""
+    problems = []
+    if subject.get("episode_ended", False) != control.get("episode_ended", False):
+        problems.append(f"episode_ended {subject.get('episode_ended')} vs {control.get('episode_ended')}")
+    if list(subject["agents"]) != list(control["agents"]):
+        return [*problems, f"agents {list(subject['agents'])} vs {list(control['agents'])}"]
+    for agent, mine in subject["agents"].items():
+        theirs = control["agents"][agent]
+        if set(mine) != set(theirs) or mine.get("policy") != theirs.get("policy") \
+                or mine.get("action") != theirs.get("action") or mine.get("done") != theirs.get("done"):
+            problems.append(f"{agent}: {mine} vs {theirs}")
+            continue
+        for key in ("logp", "value"):
+            if key in mine and not math.isclose(mine[key], theirs[key], rel_tol=1e-6, abs_tol=1e-7):
+                problems.append(f"{agent}.{key}: {mine[key]} vs {theirs[key]}")
+    return problems
+
+
+def _described(client: httpx.Client, episode_id: str) -> dict | int:
+    """The episode as the server describes it, without what names or times it."""
+    resp = client.get(f"/v1/models/team/episodes/{episode_id}")
+    if resp.status_code != 200:
+        return resp.status_code
+    info = resp.json()
+    for key in ("episode_id", "idle_s"):
+        info.pop(key)
+    info["agents"] = {a: {k: v for k, v in seat.items() if k not in ("session_id", "idle_s")}
+                      for a, seat in info["agents"].items()}
+    return info
+
+
+def _any_4xx(resp: httpx.Response) -> tuple[int, ...]:
+    return (resp.status_code,) if 400 <= resp.status_code < 500 else (400, 422)
+
+
+def _refusal_problems(resp: httpx.Response, bad) -> list[str]:
+    problems = error_problems(resp, Case(bad.name, ACT, bad.body, _any_4xx(resp), bad.codes, bad.field, sub=True))
+    if not problems and bad.name == "unmapped":
+        field = resp.json()["error"]["field"]
+        if not (isinstance(field, str) and field.startswith("agents.") and field != "agents."):
+            problems.append(f"the unmapped agent is not named: field {field!r}")
+    if len(resp.content) > 4096:
+        problems.append(f"an error body of {len(resp.content)} bytes")
+    return problems
+
+
+@pytest.mark.parametrize("which", ["0", "1", "2", "fresh"])
+def test_hostile_steps_leave_the_episode_as_a_control_episode(server, which):
+    seed = _seed(which)
+    rnd = random.Random(seed)
+    failures: list[str] = []
+    with httpx.Client(base_url=server, timeout=60.0) as client:
+        for k in range(EPISODES):
+            subject, control, picture = f"subject-{seed}-{k}", f"control-{seed}-{k}", EpisodePicture()
+            for t in range(STEPS):
+                valid = picture.step(rnd)
+                for _ in range(rnd.choice([1, 1, 2, 3])):
+                    bad = hostile(rnd, valid)
+                    text = bad.body.replace(b'"agents"', b'"episode_id": "%s", "agents"' % subject.encode(), 1)
+                    resp = client.post(ACT, content=text, headers={"content-type": "application/json"})
+                    problems = _refusal_problems(resp, bad)
+                    if problems:
+                        failures.append(f"episode {k} step {t} {bad.name}: {problems}\n  sent {text[:300]!r}"
+                                        f"\n  got {resp.status_code} {resp.text[:300]}")
+                answers = [client.post(ACT, json={"episode_id": episode, **valid}) for episode in (subject, control)]
+                if [a.status_code for a in answers] != [200, 200]:
+                    failures.append(f"episode {k} step {t}: a valid step got {[a.status_code for a in answers]}: "
+                                    f"{answers[0].text[:300]}\n  sent {valid}")
+                    break
+                differ = _same_answers(answers[0].json(), answers[1].json())
+                described = [_described(client, episode) for episode in (subject, control)]
+                if differ or described[0] != described[1]:
+                    failures.append(f"episode {k} step {t}: the subject episode moved apart from the control: "
+                                    f"{differ or described}")
+                    break
+                picture.answered(valid)
+                if failures:
+                    break
+            if failures:
+                break
+        assert client.get("/healthz").status_code == 200
+    assert not failures, f"seed {seed} (RLSERVE_FUZZ_SEED={seed} replays it):\n" + "\n".join(failures[:10])
+
+
+def test_random_damage_to_steps_never_gets_a_5xx(server):
+    seed = _seed("fresh")
+    rnd, picture = random.Random(seed), EpisodePicture()
+    failures = []
+    with httpx.Client(base_url=server, timeout=60.0) as client:
+        for t in range(150):
+            valid = {"episode_id": f"scratch-{seed}", **picture.step(rnd)}
+            if rnd.random() < 0.5:
+                body = json.dumps(valid).encode()
+                resp = client.post(ACT, content=body, headers={"content-type": "application/json"})
+                if resp.status_code == 200:
+                    picture.answered(valid)
+                continue
+            text = json.dumps(valid).encode()
+            if rnd.random() < 0.5:  # one agent's step bent as fuzz_inputs bends a single act body
+                agent = rnd.choice(list(valid["agents"]))
+                step = random_request(rnd, valid["agents"][agent].get("observation", [0.0]))
+                text = json.dumps({**valid, "agents": {**valid["agents"], agent: "@@"}}).encode().replace(
+                    b'"@@"', step)
+            else:  # one to three bytes of the valid body replaced
+                raw = bytearray(text)
+                for _ in range(rnd.randint(1, 3)):
+                    raw[rnd.randrange(len(raw))] = rnd.choice(b'{}[],:"0-.e\xff a')
+                text = bytes(raw)
+            resp = client.post(ACT, content=text, headers={"content-type": "application/json"})
+            if resp.status_code != 200:
+                problems = error_problems(resp, Case("random", ACT, text, _any_4xx(resp), None, ANY))
+                if problems:
+                    failures.append(f"step {t}: {problems} sent {text[:300]!r} got {resp.text[:300]}")
+        assert client.get("/healthz").status_code == 200
+    assert not failures, f"seed {seed} (RLSERVE_FUZZ_SEED={seed} replays it):\n" + "\n".join(failures[:10])
