@@ -174,7 +174,9 @@ class SessionResolver:
     def is_live(self, session_id: str) -> bool:
         if any(session_id in store for store in self.stores.values()):
             return True
-        if self.remote is not None:
+        # An id this replica remembers as gone (it ended here) is free, as ``find`` and
+        # ``require_held`` take it: the store is not asked (``load`` skips held ids).
+        if self.remote is not None and not self.is_held(session_id):
             error = self._checked(session_id)
             # A session the store holds but this replica cannot serve is not free to create.
             if error is not None and not isinstance(error, SessionExpired):

@@ -90,3 +90,17 @@ async def test_a_restarted_replica_continues_and_the_end_is_final(make_client, r
     copy = await after.post("/v1/models/team/agents/act",
                             json={"episode_id": "copy", "agents": {"red_1": {"observation": [0, 0, 0, 0]}}})
     assert copy.status_code == 200, copy.text
+
+
+@pytest.mark.parametrize("store", ["in-process", "redis"])
+async def test_an_ended_episode_id_starts_a_new_episode(make_client, redis_server, team_set, store):
+    """Once an episode ended (``episode_end``), ``episode_start`` with its id starts a new one:
+    with the same seed, it answers as the first did (its agents' old states are gone)."""
+    bodies = _steps(3, 4)
+    bodies[-1]["episode_end"] = True
+    settings = {"session_store": redis_server.url} if store == "redis" else {}
+    _, client = make_client((), policy_sets=[str(team_set)], **settings)
+    first = await _play([client], bodies)
+    assert await _play([client], bodies) == first
+    gone = await client.get("/v1/models/team/episodes/ep")
+    assert gone.status_code == 410

@@ -163,3 +163,16 @@ async def test_a_store_that_stalls_is_503_within_its_timeout_and_the_episode_goe
         r = await step([b, a][t % 2], "lstm", "h", obs[t], t)
         assert r.status_code == 200, r.text
         assert r.json()["action"] == expected[t]
+
+
+@pytest.mark.parametrize("external", [False, True])
+async def test_an_ended_session_id_starts_a_new_episode(make_client, redis_server, external):
+    """A session ended here (DELETE) is gone for steps, and ``episode_start`` with its id
+    starts a new episode: with the same seed, the same actions as the first."""
+    settings = {"session_store": redis_server.url} if external else {}
+    _, client = make_client(("lstm",), **settings)
+    obs = observations(21, 3)
+    first = await episode([client], "lstm", "again", obs)
+    assert (await client.delete("/v1/models/lstm/sessions/again")).status_code == 200
+    assert (await step(client, "lstm", "again", obs[1], 1)).status_code == 410
+    assert await episode([client], "lstm", "again", obs) == first
