@@ -168,8 +168,9 @@ def _bend_request(rnd: random.Random, body: dict[str, Any]) -> tuple[str, str] |
     how = rnd.choice(["unmapped", "bad-id", "no-agents", "episode-id", "seed", "outputs", "explore", "unknown",
                       "agents-list"])
     if how == "unmapped":
-        body["agents"][rnd.choice(["green_1", "red", "bluee_1", "Boss"])] = {"observation": [0.1, 0.2, 0.3]}
-        return how, ANY  # the unmapped agent is named: checked by the test
+        agent = rnd.choice(["green_1", "red", "bluee_1", "Boss"])
+        body["agents"][agent] = {"observation": [0.1, 0.2, 0.3]}
+        return how, f"agents.{agent}"
     if how == "bad-id":
         agent = rnd.choice(["", "x" * 300, "a\x00b", "red_" + "x" * 70])  # empty, too long, unmapped
         body["agents"][agent] = {"observation": [0.1, 0.2, 0.3]}
