@@ -12,11 +12,12 @@ from typing import Any
 
 from rlserve.service.errors import InvalidInput, ServiceError, SessionConflict
 from rlserve.service.multiagent.episode_plan import end_agent_session
+from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet
-from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.episode_record import decode_episode, encode_episode
 from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
-from rlserve.service.sessions.record import RecordError, record_version
+from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
 
 EXPORTED = "the bytes of GET /v1/models/{name}/episodes/{id} with Accept: application/octet-stream"
 
@@ -76,8 +77,11 @@ class EpisodeService:
             raise SessionConflict(f"episode {episode_id!r} has a request in flight; retry when it is answered",
                                   field="episode_id", received=episode_id)
         seats = {agent: Seat(seat.policy, agent_session_id(episode_id, agent)) for agent, seat in record.seats.items()}
+        # Every agent's record is read before any is written: a refused import changes nothing.
+        decoded = {agent: self._agent_record(served, agent, seat, record.records[agent])
+                   for agent, seat in seats.items()}
         for agent, seat in seats.items():
-            await self._import_agent(served, agent, seat, record.records[agent])
+            await _import_agent(seat, *decoded[agent])
         if old is not None:
             for agent, seat in old.seats.items():
                 if agent not in seats:
@@ -89,21 +93,19 @@ class EpisodeService:
         await _wait(served.episodes.save(episode))
         return await self._info(served, episode)
 
-    async def _import_agent(self, served: ServedPolicySet, agent: str, seat: Seat, data: bytes) -> None:
+    def _agent_record(self, served: ServedPolicySet, agent: str, seat: Seat,
+                      data: bytes) -> tuple[ModelEntry, Policy, SessionRecord]:
+        """(the model entry, the policy version, the decoded session record) of one agent's
+        exported state; 422 naming the agent when it does not fit a loaded version."""
         entry = self.registry.entry(served.member(seat.policy))
         field = f"body.records.{agent}"
         try:
             policy = entry.policy(record_version(data))
-            session_record = policy.sessions.layout.decode(data)
+            return entry, policy, policy.sessions.layout.decode(data)
         except (RecordError, ServiceError) as exc:
             raise InvalidInput(f"{field}: {getattr(exc, 'message', exc)}", field=field,
                                expected=f"a session record of a loaded version of {entry.name!r}",
                                received=f"{len(data)} bytes") from None
-        for other in entry.versions.values():  # one id, one version
-            held = other.sessions.live(seat.session_id)
-            if other is not policy and held is not None:
-                other.sessions.forget(held)
-        await policy.sessions.import_session(seat.session_id, session_record)
 
     async def _info(self, served: ServedPolicySet, episode: Episode) -> dict[str, Any]:
         agents = {}
@@ -123,6 +125,15 @@ class EpisodeService:
         return {"episode_id": episode.id, "model": served.name, "version": served.version, "seed": episode.seed,
                 "steps": episode.steps, "idle_s": max(0.0, store.clock() - episode.last_used),
                 "idle_ttl_s": store.idle_ttl_s, "agents": agents}
+
+
+async def _import_agent(seat: Seat, entry: ModelEntry, policy: Policy, session_record: SessionRecord) -> None:
+    """Write one agent's state (checked by ``_agent_record``) under its new session id."""
+    for other in entry.versions.values():  # one id, one version
+        held = other.sessions.live(seat.session_id)
+        if other is not policy and held is not None:
+            other.sessions.forget(held)
+    await policy.sessions.import_session(seat.session_id, session_record)
 
 
 async def _wait(pending: Any) -> None:

@@ -216,3 +216,36 @@ async def test_metadata_shows_the_mapping_and_each_policy_is_its_own_model(clien
     # A single-policy request to the set's name says where to go.
     response = await client.post("/v1/models/team/act", json={"observation": [0, 0, 0, 0]})
     assert response.status_code == 404 and "agents/act" in error_of(response)["message"]
+
+
+async def test_a_refused_import_leaves_the_episode_it_would_replace_as_it_was(client_of):
+    """An export whose second agent's record is damaged is refused (422) before any agent's
+    state is written: the live episode of that id exports the same bytes afterwards."""
+    import msgspec
+
+    _, client = client_of()
+    octet = {"accept": "application/octet-stream"}
+    obs = [0.3, 0.2, 0.1, 0.0]
+    for episode, steps in (("x", 2), ("y", 4)):  # the same agents, different states
+        for t in range(steps):
+            await _act(client, {"episode_id": episode, "episode_start": t == 0, "seed": 3,
+                                "agents": {"red_1": {"observation": obs}, "blue_1": {"observation": obs}}})
+    before = (await client.get("/v1/models/team/episodes/x", headers=octet)).content
+    other = msgspec.msgpack.decode((await client.get("/v1/models/team/episodes/y", headers=octet)).content)
+    assert list(other["records"]) == ["red_1", "blue_1"]  # red_1's record is imported first
+    other["records"]["blue_1"] = other["records"]["blue_1"][:-7]
+    refused = await client.put("/v1/models/team/episodes/x", content=msgspec.msgpack.encode(other),
+                               headers={"content-type": "application/octet-stream"})
+    assert refused.status_code == 422 and error_of(refused)["field"] == "body.records.blue_1"
+    after = (await client.get("/v1/models/team/episodes/x", headers=octet)).content
+    assert _without_export_times(after) == _without_export_times(before)
+
+
+def _without_export_times(exported: bytes) -> dict:
+    """An episode export, each agent's record without its "created" (bytes 24-32: a wall
+    time the export computes, so two exports of one state differ there)."""
+    import msgspec
+
+    body = msgspec.msgpack.decode(exported)
+    body["records"] = {agent: record[:24] + record[32:] for agent, record in body["records"].items()}
+    return body
