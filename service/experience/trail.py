@@ -67,5 +67,5 @@ def decode(data: Trail | bytes) -> Trail | None:
         return None
     try:
         return _DECODER.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter for invalid UTF-8
         return None

@@ -19,6 +19,7 @@ from rlserve.service.sessions.record import RecordError
 FORMAT = "rlserve-episode"
 VERSION = 1
 MAX_SEED = (1 << 64) - 1
+MAX_COUNT = 1 << 62  # steps, and how often an agent joined
 
 
 @dataclass
@@ -46,7 +47,7 @@ def decode_episode(data: bytes) -> EpisodeRecord:
     """``RecordError`` saying what is wrong with ``data``."""
     try:
         body = msgspec.msgpack.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # invalid UTF-8 in a string: the latter
         raise RecordError(f"not an episode record ({exc})") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise RecordError(f"not an episode record (expected format {FORMAT!r})")
@@ -58,13 +59,21 @@ def decode_episode(data: bytes) -> EpisodeRecord:
             raise RecordError(f"seed {seed!r} is not an integer in 0..2**64-1")
         seats = {_text(agent): Seat(_text(policy), _text(session))
                  for agent, (policy, session) in body["seats"].items()}
-        joins = {_text(agent): int(n) for agent, n in body["joins"].items()}
+        joins = {_text(agent): _count(n, f"joins of {agent!r}") for agent, n in body["joins"].items()}
         records = {_text(agent): bytes(rec) for agent, rec in body.get("records", {}).items()}
-        return EpisodeRecord(_text(body["id"]), seed, seats, joins, int(body.get("steps", 0)), records)
+        return EpisodeRecord(_text(body["id"]), seed, seats, joins, _count(body.get("steps", 0), "steps"), records)
     except RecordError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RecordError(f"malformed episode record ({type(exc).__name__}: {exc})") from None
+
+
+def _count(value: Any, name: str) -> int:
+    """A counter of the record: an integer the episode can go on counting from (msgpack
+    writes at most 2**64 - 1, so a count is kept well below it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise RecordError(f"{name} {value!r} is not an integer in 0..2**62")
+    return value
 
 
 def _text(value: Any) -> str:

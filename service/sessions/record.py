@@ -56,6 +56,7 @@ HEADER_BYTES = HEADER.itemsize  # 80
 REVISION_BYTES = 8
 SEEDED, HAS_RNG, RNG_SPARE = 1, 2, 4
 MAX_REVISION = (1 << 64) - 1
+MAX_STEPS = (1 << 32) - 1  # the header's u32
 _U128 = 1 << 128
 
 
@@ -229,7 +230,9 @@ def encode_sessions(layout: SessionLayout, version: str, sessions: Sequence[Any]
     rows already read from the slabs (``SessionSlabs.rows``), one matrix for all."""
     headers = headers_for(len(sessions))
     headers["revision"] = revisions
-    headers["steps"] = [s.steps for s in sessions]
+    # The header's step count is 32 bits: a session past 2**32 - 1 steps (one imported with a
+    # count near it, or one that ran that long) is stored at that count, not refused.
+    headers["steps"] = [min(s.steps, MAX_STEPS) for s in sessions]
     wall = time.time()
     headers["created"] = [wall - (now - s.created) for s in sessions]
     for index, session in enumerate(sessions):

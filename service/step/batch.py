@@ -417,12 +417,21 @@ def _check_index(step: Step) -> KeptAnswer | ServiceError | None:
     if session.steps == expected:
         return None
     if session.steps == expected + 1 and session.answer is not None:
-        answer = _KEPT.decode(session.answer)
-        if answer[0] == expected:
+        answer = _kept(session.answer)
+        if answer is not None and answer[0] == expected:
             return KeptAnswer(session, answer)
     return SessionConflict(
         f"session {session.id!r} has answered {session.steps} steps of this episode; this request says it is step "
         f"{expected}", field="step", expected=session.steps, received=expected)
+
+
+def _kept(data: bytes) -> list[Any] | None:
+    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's)."""
+    try:
+        answer = _KEPT.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return answer if len(answer) == 6 and type(answer[0]) is int else None
 
 
 def _session_group(step: Step) -> list[Any]:

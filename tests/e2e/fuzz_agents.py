@@ -211,3 +211,47 @@ def hostile(rnd: random.Random, valid: dict[str, Any]) -> Hostile:
         if made is not None:
             name, at = made
             return Hostile(name, json.dumps(body).encode(), at)
+
+
+# --------------------------------------------------------------------------- episode exports
+
+_HEADER_FIELDS = {"version_len": (10, 2), "steps": (12, 4), "answer_len": (36, 4), "trail_len": (76, 4)}
+
+
+def damaged_export(rnd: random.Random, exported: bytes) -> tuple[str, bytes]:
+    """An episode export (``GET .../episodes/{id}`` as bytes) bent in one place: its bytes,
+    its msgpack fields, or one agent's session record (``rlserve.service.sessions.record``)."""
+    import msgspec
+
+    how = rnd.choice(["bytes", "truncate", "append", "field", "record", "record-length", "swap-records"])
+    if how == "bytes":
+        raw = bytearray(exported)
+        for _ in range(rnd.randint(1, 4)):
+            raw[rnd.randrange(len(raw))] = rnd.randrange(256)
+        return how, bytes(raw)
+    if how == "truncate":
+        return how, exported[:rnd.randrange(len(exported))]
+    if how == "append":
+        return how, exported + bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 64)))
+    body = msgspec.msgpack.decode(exported)
+    agent = rnd.choice(sorted(body["records"]))
+    if how == "field":
+        key = rnd.choice(["seed", "steps", "id", "joins", "seats", "format", "v", "records"])
+        body[key] = rnd.choice([-1, "x", (1 << 64) - 1, 1.5, None, [], {agent: -1}, {agent: ["zz", "s"]}, {"": 1}])
+        return f"field-{key}", msgspec.msgpack.encode(body)
+    record = bytearray(body["records"][agent])
+    if how == "record":
+        cut = rnd.randrange(len(record))
+        record = record[:cut] if rnd.random() < 0.5 else record[:cut] + bytes([rnd.randrange(256)]) + record[cut + 1:]
+    elif how == "record-length":  # a length or count in the header that the record does not hold
+        name = rnd.choice(sorted(_HEADER_FIELDS))
+        offset, size = _HEADER_FIELDS[name]
+        record[offset:offset + size] = ((1 << (8 * size)) - rnd.randint(1, 3)).to_bytes(size, "little")
+        how = f"record-{name}"
+    else:  # another agent's record (of the other policy, when there is one)
+        others = [a for a in body["records"] if a != agent]
+        if not others:
+            return how, msgspec.msgpack.encode(body)
+        record = bytearray(body["records"][rnd.choice(others)])
+    body["records"][agent] = bytes(record)
+    return how, msgspec.msgpack.encode(body)

@@ -26,7 +26,7 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
-from fuzz_agents import EXACT, MEMBERS, PATTERNS, EpisodePicture, hostile
+from fuzz_agents import EXACT, MEMBERS, PATTERNS, POOL, EpisodePicture, damaged_export, hostile, observation
 from fuzz_cases import Case
 from fuzz_checks import error_problems
 from fuzz_inputs import ANY, BUNDLES, random_request
@@ -34,6 +34,8 @@ from server_process import running_server
 
 pytestmark = pytest.mark.e2e
 ACT = "/v1/models/team/agents/act"
+EPISODE = "/v1/models/team/episodes/"
+OCTET = {"content-type": "application/octet-stream", "accept": "application/octet-stream"}
 JSON = {"content-type": "application/json"}
 # A hostile step racing the valid one may find the episode ended or in flight (and is refused for that).
 EPISODE_STATES = {"session_expired", "session_conflict", "session_not_found"}
@@ -203,5 +205,48 @@ def test_random_damage_to_steps_never_gets_a_5xx(server):
                 problems = error_problems(resp, Case("random", ACT, text, _any_4xx(resp), None, ANY))
                 if problems:
                     failures.append(f"step {t}: {problems} sent {text[:300]!r} got {resp.text[:300]}")
+        assert client.get("/healthz").status_code == 200
+    assert not failures, f"seed {seed} (RLSERVE_FUZZ_SEED={seed} replays it):\n" + "\n".join(failures[:10])
+
+
+def test_damaged_episode_imports_are_refused_or_play_on(server):
+    """An exported episode bent in one place (``fuzz_agents.damaged_export``) and imported
+    under a new id: a documented 4xx, or a 200 whose episode then answers a step (or refuses
+    it with a 4xx), never a 5xx. The episode it was exported from, and a copy imported
+    before, answer their next step alike afterwards."""
+    seed = _seed("fresh")
+    rnd, picture = random.Random(seed), EpisodePicture()
+    failures = []
+    with httpx.Client(base_url=server, timeout=60.0) as client:
+        origin = f"origin-{seed}"
+        while not picture.seated or not picture.started:  # an episode with agents of both policies
+            valid = picture.step(rnd)
+            valid.pop("episode_end", None)
+            assert client.post(ACT, json={"episode_id": origin, **valid}).status_code == 200
+            picture.answered(valid)
+        exported = client.get(EPISODE + origin, headers=OCTET).content
+        assert client.put(EPISODE + f"copy-{seed}", content=exported, headers=OCTET).status_code == 200
+        for i in range(120):
+            how, body = damaged_export(rnd, exported)
+            target = f"imp-{seed}-{i}"
+            resp = client.put(EPISODE + target, content=body, headers=OCTET)
+            if resp.status_code != 200:
+                problems = error_problems(resp, Case(how, EPISODE, body, _any_4xx(resp), None, ANY))
+                if problems:
+                    failures.append(f"import {i} ({how}): {problems} got {resp.text[:300]}")
+                continue
+            seats = resp.json()["agents"]
+            if seats:
+                step = {agent: {"observation": observation(rnd, agent) if agent in POOL else [0.0]} for agent in seats}
+                answer = client.post(ACT, json={"episode_id": target, "agents": step})
+                if answer.status_code != 200:
+                    problems = error_problems(answer, Case(how, ACT, b"", _any_4xx(answer), None, ANY))
+                    if problems:
+                        failures.append(f"a step of import {i} ({how}): {problems} got {answer.text[:300]}")
+            client.delete(EPISODE + target)
+        step = {"explore": True, "agents": {a: {"observation": observation(rnd, a)} for a in sorted(picture.seated)}}
+        answers = [client.post(ACT, json={"episode_id": e, **step}) for e in (origin, f"copy-{seed}")]
+        assert [a.status_code for a in answers] == [200, 200], answers[0].text
+        assert not _same_answers(answers[0].json(), answers[1].json())
         assert client.get("/healthz").status_code == 200
     assert not failures, f"seed {seed} (RLSERVE_FUZZ_SEED={seed} replays it):\n" + "\n".join(failures[:10])

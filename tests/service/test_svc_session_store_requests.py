@@ -176,3 +176,22 @@ async def test_an_ended_session_id_starts_a_new_episode(make_client, redis_serve
     assert (await client.delete("/v1/models/lstm/sessions/again")).status_code == 200
     assert (await step(client, "lstm", "again", obs[1], 1)).status_code == 410
     assert await episode([client], "lstm", "again", obs) == first
+
+
+@pytest.mark.parametrize("junk", [b"\xff", b"\x91\xa1x", b"\x93\x00\x01\x02"], ids=["not-msgpack", "str", "short"])
+async def test_an_imported_kept_answer_that_is_none_is_not_replayed(make_client, junk):
+    """A session imported with bytes in its kept answer's place that are no kept answer:
+    a retry of its last step is a 409 (the answer is not there), not an error of the batch."""
+    _, client = make_client(("lstm",))
+    obs = observations(4, 2)
+    assert (await step(client, "lstm", "k", obs[0], 0, step=0)).status_code == 200
+    exported = (await client.get("/v1/models/lstm/sessions/k", headers={"accept": "application/octet-stream"})).content
+    answer_len = int.from_bytes(exported[36:40], "little")
+    assert answer_len >= len(junk)
+    end = len(exported) - int.from_bytes(exported[76:80], "little")  # the kept answer ends where the trail starts
+    forged = exported[:end - answer_len] + junk.ljust(answer_len, b"\xc0") + exported[end:]
+    octet = {"content-type": "application/octet-stream"}
+    assert (await client.put("/v1/models/lstm/sessions/k2", content=forged, headers=octet)).status_code == 200
+    retry = await step(client, "lstm", "k2", obs[0], 1, step=0)
+    assert retry.status_code == 409 and error_of(retry)["field"] == "step"
+    assert (await step(client, "lstm", "k2", obs[1], 1, step=1)).status_code == 200

@@ -80,3 +80,13 @@ def test_records_that_do_not_fit_are_refused():
     with pytest.raises(RecordError, match="format"):
         other.decode(record[:8] + b"\x07" + record[9:])
     assert other.decode(with_revision(record, 99)).revision == 99
+
+
+def test_a_step_count_past_32_bits_is_stored_saturated():
+    """The header counts steps in 32 bits: a session past that (an import near the limit that
+    stepped on) is written at 2**32 - 1, not refused with the rest of its batch's records."""
+    layout = SessionLayout(LSTM_256)
+    slabs = SessionSlabs(LSTM_256, 4, 4)
+    sessions = [_session(0, steps=(1 << 32) + 5), _session(1, steps=3)]
+    records = encode_sessions(layout, "v", sessions, [1, 1], slabs.rows(np.array([0, 1])), now=100.0)
+    assert [layout.decode(r).steps for r in records] == [(1 << 32) - 1, 3]
