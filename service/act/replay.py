@@ -26,7 +26,7 @@ from rlserve.service.act.wire import ActResponse
 from rlserve.service.errors import BadRequest
 from rlserve.service.serving.policy import Policy
 from rlserve.service.step import codec
-from rlserve.service.step.batch import KeptAnswer
+from rlserve.service.step.kept import KeptAnswer
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
 

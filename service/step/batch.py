@@ -16,24 +16,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgspec
 import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
-from rlserve.service.errors import BatchFailed, ServiceError, SessionConflict, StoreUnavailable
+from rlserve.service.errors import BatchFailed, ServiceError, StoreUnavailable
 from rlserve.service.serving.batcher import RunFn
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
-from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.codec import floats_json
+from rlserve.service.step.kept import DIST_INPUT_NAMES, KeptAnswer, check_index, pack_answer
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
-
-_DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
 
 
 class Recorder(Protocol):
@@ -149,7 +146,7 @@ class BatchStep:
         results: list[Any] = [None] * len(steps)
         todo: list[int] = []
         for index, step in enumerate(steps):
-            verdict = None if step.expect_steps is None else _check_index(step)
+            verdict = None if step.expect_steps is None else check_index(step)
             if verdict is None:
                 todo.append(index)
             else:
@@ -385,7 +382,7 @@ class BatchStep:
              # A Q-policy's q_values are its dist_inputs (see Preparer.q_policy).
              "q_values": dist_inputs if self.q_policy else None},
             self.pipeline.action_space,
-            want_dist_inputs=any(not s.extras.isdisjoint(_DIST_INPUT_NAMES) for s in steps),
+            want_dist_inputs=any(not s.extras.isdisjoint(DIST_INPUT_NAMES) for s in steps),
         )
         results, start = [], 0
         for step in steps:
@@ -395,63 +392,8 @@ class BatchStep:
         return results
 
 
-@dataclass(slots=True)
-class KeptAnswer:
-    """A retried step's kept answer, sent again; the session did not move."""
-
-    session: Session
-    answer: list[Any]  # as ``pack_answer`` wrote it
-
-
-_KEPT = msgspec.msgpack.Decoder(list)
-
-
-def _check_index(step: Step) -> KeptAnswer | ServiceError | None:
-    """None: the session has answered exactly ``expect_steps`` steps, run it. The kept
-    answer when this step was answered already; else 409 naming both counts. Checked
-    here, when the batch runs, because only now is the copy of the session the latest
-    (an external store's ``validate`` ran) and earlier steps of a pipelining client done."""
-    session = step.sessions[0]
-    expected = step.expect_steps
-    assert session is not None and expected is not None  # set only for a single session row
-    if session.steps == expected:
-        return None
-    if session.steps == expected + 1 and session.answer is not None:
-        answer = _kept(session.answer)
-        if answer is not None and answer[0] == expected:
-            return KeptAnswer(session, answer)
-    return SessionConflict(
-        f"session {session.id!r} has answered {session.steps} steps of this episode; this request says it is step "
-        f"{expected}", field="step", expected=session.steps, received=expected)
-
-
-def _kept(data: bytes) -> list[Any] | None:
-    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's)."""
-    try:
-        answer = _KEPT.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return None
-    return answer if len(answer) == 6 and type(answer[0]) is int else None
-
-
 def _session_group(step: Step) -> list[Any]:
     return [s for s in step.sessions if s is not None] if step.has_sessions else []
-
-
-_ANSWERS = msgspec.msgpack.Encoder()
-
-
-def pack_answer(step_index: int, result: StepOutput, offset: int, extras: frozenset[str]) -> bytes:
-    """One row's answer, kept for a retry: [step index, action, logp, value, entropy,
-    dist_inputs] (the JSON values the response was built from; None where not computed
-    or not asked for; a Q-policy's q_values are its dist_inputs)."""
-    batch, row = result.batch, result.start + offset
-
-    def pick(values: list[Any] | None, *names: str) -> Any:
-        return None if values is None or (names and extras.isdisjoint(names)) else values[row]
-
-    return _ANSWERS.encode([step_index, batch.actions_json[row], pick(batch.logp), pick(batch.value, "value"),
-                            pick(batch.entropy, "entropy"), pick(batch.dist_inputs, *_DIST_INPUT_NAMES)])
 
 
 def _optional(fn):

@@ -26,7 +26,8 @@ from rlserve.service.protocols.kserve_v2.wire import (
 )
 from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.step import columns
-from rlserve.service.step.batch import KeptAnswer, StepOutput
+from rlserve.service.step.batch import StepOutput
+from rlserve.service.step.kept import KeptAnswer
 
 _JSON = [(b"content-type", b"application/json")]
 

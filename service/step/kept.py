@@ -1,0 +1,80 @@
+"""A step's answer kept in its session, so that a retried step is answered again.
+
+An act request may say which step of its episode it is (``step``): the batch then keeps
+each row's answer in its session (``pack_answer``, msgpack of [step index, action, logp,
+value, entropy, dist_inputs]), and a request for the step just answered gets that answer
+back instead of a second step (``check_index``: the kept answer, a 409, or None to run it).
+The bytes travel in the session's record (``rlserve.service.sessions.record``), so an
+imported record may hold anything there: what is not a kept answer is never replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from rlserve.service.errors import ServiceError, SessionConflict
+from rlserve.service.sessions.store import Session
+from rlserve.service.step.prepare import Step
+
+if TYPE_CHECKING:
+    from rlserve.service.step.batch import StepOutput
+
+DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
+
+
+@dataclass(slots=True)
+class KeptAnswer:
+    """A retried step's kept answer, sent again; the session did not move."""
+
+    session: Session
+    answer: list[Any]  # as ``pack_answer`` wrote it
+
+
+_KEPT = msgspec.msgpack.Decoder(list)
+
+
+def check_index(step: Step) -> KeptAnswer | ServiceError | None:
+    """None: the session has answered exactly ``expect_steps`` steps, run it. The kept
+    answer when this step was answered already; else 409 naming both counts. Checked
+    here, when the batch runs, because only now is the copy of the session the latest
+    (an external store's ``validate`` ran) and earlier steps of a pipelining client done."""
+    session = step.sessions[0]
+    expected = step.expect_steps
+    assert session is not None and expected is not None  # set only for a single session row
+    if session.steps == expected:
+        return None
+    if session.steps == expected + 1 and session.answer is not None:
+        answer = _kept(session.answer)
+        if answer is not None and answer[0] == expected:
+            return KeptAnswer(session, answer)
+    return SessionConflict(
+        f"session {session.id!r} has answered {session.steps} steps of this episode; this request says it is step "
+        f"{expected}", field="step", expected=session.steps, received=expected)
+
+
+def _kept(data: bytes) -> list[Any] | None:
+    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's)."""
+    try:
+        answer = _KEPT.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return answer if len(answer) == 6 and type(answer[0]) is int else None
+
+
+_ANSWERS = msgspec.msgpack.Encoder()
+
+
+def pack_answer(step_index: int, result: StepOutput, offset: int, extras: frozenset[str]) -> bytes:
+    """One row's answer, kept for a retry: [step index, action, logp, value, entropy,
+    dist_inputs] (the JSON values the response was built from; None where not computed
+    or not asked for; a Q-policy's q_values are its dist_inputs)."""
+    batch, row = result.batch, result.start + offset
+
+    def pick(values: list[Any] | None, *names: str) -> Any:
+        return None if values is None or (names and extras.isdisjoint(names)) else values[row]
+
+    return _ANSWERS.encode([step_index, batch.actions_json[row], pick(batch.logp), pick(batch.value, "value"),
+                            pick(batch.entropy, "entropy"), pick(batch.dist_inputs, *DIST_INPUT_NAMES)])
