@@ -38,6 +38,7 @@ TOOL_VARIABLES = {
     "RLSERVE_CHECKPOINT_DIR": "the RLlib checkpoints the tests compare with",
     "RLSERVE_NEWSTACK_DIR": "the RLlib new-API-stack checkpoints the tests compare with",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
+    "RLSERVE_FUZZ_SEED": "the seed the tests' multi-agent fuzzer replays instead of a fresh one",
     "RLSERVE_CI_VENV": "where .ci/run builds its environment",
 }
 NOT_SETTINGS = {**CLIENT_VARIABLES, **TOOL_VARIABLES}
