@@ -23,6 +23,7 @@ import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from pathlib import Path
 
 import httpx
 import pytest
@@ -42,11 +43,10 @@ EPISODE_STATES = {"session_expired", "session_conflict", "session_not_found"}
 EPISODES, STEPS = 3, 25
 
 
-@pytest.fixture(scope="module", params=["in-process", "redis"])
-def server(tmp_path_factory, request) -> Iterator[str]:
-    """The set served with its episodes and agents' sessions in process, or in a real redis-server."""
+@pytest.fixture(scope="module")
+def team_set(tmp_path_factory) -> Path:
+    """The set's two bundles exported (once for both stores) and the set made of them."""
     import torch
-    from redis_server import running_redis
 
     from rlserve.models.catalog import build_model
     from rlserve.models.export.exporter import export_bundle
@@ -64,11 +64,20 @@ def server(tmp_path_factory, request) -> Iterator[str]:
     with policy_set_from_bundles({p: root / "bundles" / b for p, b in MEMBERS.items()}, root / "team",
                                  AgentMapping(dict(EXACT), list(PATTERNS), None), name="team"):
         pass
-    env = {"RLSERVE_POLICY_SETS": json.dumps([str(root / "team")]), "RLSERVE_LOG_LEVEL": "critical"}
+    return root
+
+
+@pytest.fixture(scope="module", params=["in-process", "redis"])
+def server(team_set, tmp_path_factory, request) -> Iterator[str]:
+    """The set served with its episodes and agents' sessions in process, or in a real redis-server."""
+    from redis_server import running_redis
+
+    env = {"RLSERVE_POLICY_SETS": json.dumps([str(team_set / "team")]), "RLSERVE_LOG_LEVEL": "critical"}
     with ExitStack() as stack:
         if request.param == "redis":
-            env["RLSERVE_SESSION_STORE"] = stack.enter_context(running_redis(root / "redis")).url
-        yield stack.enter_context(running_server(["--repository", str(root / "repo")], env=env))
+            redis = stack.enter_context(running_redis(tmp_path_factory.mktemp("agents_fuzz_redis")))
+            env["RLSERVE_SESSION_STORE"] = redis.url
+        yield stack.enter_context(running_server(["--repository", str(team_set / "repo")], env=env))
 
 
 def _seed(which: str) -> int:
