@@ -10,7 +10,6 @@ server answers for the same observations.
 
 from __future__ import annotations
 
-import queue
 import signal
 import subprocess
 import threading
@@ -23,6 +22,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from grpc_calls import Stream, lstm_observations, refused, tensor, wanted
 from server_process import ServerProcess, free_port, rlserve_command, running_server
 from test_kserve_v2_e2e import MASKS, act, f32, shares_one_batch_with_a_json_request
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
@@ -60,22 +60,6 @@ def stub(servers) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
         yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def tensor(name: str, arr: np.ndarray) -> triton.InferInput:
-    inp = triton.InferInput(name, list(arr.shape), triton.np_to_triton_dtype(arr.dtype))
-    inp.set_data_from_numpy(arr)
-    return inp
-
-
-def wanted(*names: str) -> list[triton.InferRequestedOutput]:
-    return [triton.InferRequestedOutput(name) for name in names]
-
-
-def refused(call) -> InferenceServerException:
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    return info.value
-
-
 # --------------------------------------------------------------------------- health and metadata
 
 def test_health_server_metadata_and_readiness(client):
@@ -101,24 +85,10 @@ def test_model_metadata_names_every_tensor_like_the_rest_metadata(client, url):
 
 # --------------------------------------------------------------------------- streaming (ModelStreamInfer)
 
-class Stream:
-    """tritonclient's streaming API: answers arrive through a callback, here a queue."""
-
-    def __init__(self, client: triton.InferenceServerClient):
-        self.client, self.answers = client, queue.Queue()
-        client.start_stream(callback=lambda result, error: self.answers.put((result, error)))
-
-    def next(self) -> tuple:
-        return self.answers.get(timeout=30)
-
-    def close(self) -> None:
-        self.client.stop_stream()
-
-
 def test_a_streamed_lstm_sequence_steps_like_a_json_session_even_when_steps_are_not_awaited(client, url):
     """Triton's sequence clients stream their steps: every answer equals a JSON session's
     step; steps sent back to back (without waiting for answers) still apply in order."""
-    observations = _lstm_observations(8, seed=71)
+    observations = lstm_observations(8, seed=71)
     stream = Stream(client)
     answers = []
     try:
@@ -239,14 +209,10 @@ def test_dict_observation_with_its_action_mask_equals_the_json_api(client, url):
 
 # --------------------------------------------------------------------------- sequences (LSTM)
 
-def _lstm_observations(steps: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(-1, 1, (steps, 4)).astype(np.float32)
-
-
 def test_an_lstm_sequence_steps_like_a_json_session(client, url):
     """sequence_start creates the session, each step feeds the stored state and the
     reward, sequence_end ends it: step for step what a JSON session does."""
-    observations = _lstm_observations(6, seed=41)
+    observations = lstm_observations(6, seed=41)
     for t, obs in enumerate(observations):
         inputs = [tensor("obs", obs[None])]
         body: dict = {"observation": obs.tolist(), "session_id": "grpc-json-lstm", "explore": False,
@@ -272,7 +238,7 @@ def test_an_lstm_sequence_steps_like_a_json_session(client, url):
 
 def test_a_seeded_string_sequence_samples_like_a_seeded_json_session_and_a_retried_step_is_not_applied_twice(
         client, url):
-    observations = _lstm_observations(5, seed=42)
+    observations = lstm_observations(5, seed=42)
     drawn: dict[str, list] = {"grpc": [], "json": []}
     for t, obs in enumerate(observations):
         result = client.infer("lstm", [tensor("obs", obs[None])], sequence_id="grpc-seeded", sequence_start=t == 0,
@@ -326,7 +292,7 @@ def test_refusals_are_status_codes_whose_message_names_the_tensor(client, stub):
 
 
 def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
-    obs = _lstm_observations(2, seed=44)
+    obs = lstm_observations(2, seed=44)
     client.infer("lstm", [tensor("obs", obs[:1])], sequence_id=4_077, sequence_start=True)
     steps = httpx.get(f"{url}/v1/models/lstm/sessions/4077").json()["steps"]
     refused(lambda: client.infer("lstm", [tensor("obs", obs[1:]), tensor("reward", np.array([np.inf], np.float32))],
@@ -402,7 +368,7 @@ def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_js
     with running_server(["--repository", str(repo), "--grpc-port", str(ports[0])], env=env) as base, \
             running_server(["--repository", str(repo), "--grpc-port", str(ports[1])], env=env):
         clients = [triton.InferenceServerClient(f"127.0.0.1:{port}") for port in ports]
-        observations = _lstm_observations(6, seed=61)
+        observations = lstm_observations(6, seed=61)
         for t, obs in enumerate(observations):
             body: dict = {"observation": obs.tolist(), "session_id": "json-replicas", "explore": False}
             inputs = [tensor("obs", obs[None])]
@@ -430,7 +396,7 @@ def test_streamed_steps_sent_back_to_back_to_a_replica_that_must_read_the_sequen
     in order and equal a JSON session's."""
     ports = [free_port(), free_port()]
     env = {"RLSERVE_SESSION_STORE": redis_server.url, "RLSERVE_MAX_BATCH_DELAY_MS": "1"}
-    observations = _lstm_observations(6, seed=81)
+    observations = lstm_observations(6, seed=81)
     with running_server(["--repository", str(repo), "--grpc-port", str(ports[0])], env=env) as base, \
             running_server(["--repository", str(repo), "--grpc-port", str(ports[1])],
                            env={**env, "RLSERVE_MAX_BATCH_DELAY_MS": "200"}):
