@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,19 +64,25 @@ def build_repository(root: Path) -> Path:
     """Export every ``BUNDLES`` entry (seeded) into ``root`` and copy the embedded defaults."""
     import shutil
 
+    export_bundles(root, BUNDLES)
+    for name in DEFAULT_BUNDLES:
+        shutil.copytree(DEFAULTS / name, root / name)
+    return root
+
+
+def export_bundles(root: Path, names: Iterable[str]) -> None:
+    """Export the ``BUNDLES`` entries ``names`` (seeded) into ``root``, one folder each."""
     import torch
 
     from rlserve.models.catalog import build_model
     from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
-    for name, (obs, act, config) in BUNDLES.items():
+    for name in names:
+        obs, act, config = BUNDLES[name]
         torch.manual_seed(0)
         export_bundle(build_model(obs, act, config), obs_space=obs, action_space=act, model_config=config,
                       out_dir=root / name, name=name, version="1", formats=["onnx"])
-    for name in DEFAULT_BUNDLES:
-        shutil.copytree(DEFAULTS / name, root / name)
-    return root
 
 
 def spaces_of(name: str) -> tuple[gs.Space, gs.Space]:

@@ -30,7 +30,7 @@ import pytest
 from fuzz_agents import EXACT, MEMBERS, PATTERNS, POOL, EpisodePicture, damaged_export, hostile, observation
 from fuzz_cases import Case
 from fuzz_checks import error_problems
-from fuzz_inputs import ANY, BUNDLES, random_request
+from fuzz_inputs import ANY, export_bundles, random_request
 from server_process import running_server
 
 pytestmark = pytest.mark.e2e
@@ -46,20 +46,11 @@ EPISODES, STEPS = 3, 25
 @pytest.fixture(scope="module")
 def team_set(tmp_path_factory) -> Path:
     """The set's two bundles exported (once for both stores) and the set made of them."""
-    import torch
-
-    from rlserve.models.catalog import build_model
-    from rlserve.models.export.exporter import export_bundle
     from rlserve.models.export.policy_set_export import policy_set_from_bundles
     from rlserve.models.multiagent.mapping import AgentMapping
 
     root = tmp_path_factory.mktemp("agents_fuzz")
-    torch.set_num_threads(1)
-    for bundle in MEMBERS.values():
-        obs, act, config = BUNDLES[bundle]
-        torch.manual_seed(0)
-        export_bundle(build_model(obs, act, config), obs_space=obs, action_space=act, model_config=config,
-                      out_dir=root / "bundles" / bundle, name=bundle, version="1", formats=["onnx"])
+    export_bundles(root / "bundles", MEMBERS.values())
     (root / "repo").mkdir()
     with policy_set_from_bundles({p: root / "bundles" / b for p, b in MEMBERS.items()}, root / "team",
                                  AgentMapping(dict(EXACT), list(PATTERNS), None), name="team"):
