@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     device: str = "auto"
     # ONNX Runtime's TensorRT provider ahead of CUDA's, where the installed build has it.
     onnx_tensorrt: bool = False
+    # ONNX Runtime on CUDA: integer inputs of float model inputs (uint8 frames) are copied to
+    # the device narrow and cast there; false casts them on the host, into the staging block.
+    onnx_device_cast: bool = True
     default_explore: bool | None = None  # None: each bundle's own 'explore' setting
     verify_on_load: bool = True  # run the bundle's reference inputs before serving it
 

@@ -56,7 +56,7 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
             kind, bundle.runtime_path(kind), input_names=manifest.input_names,
             output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
             device=settings.device, tensorrt=settings.onnx_tensorrt, policy_path=bundle.policy_path(kind),
-            intra_op_spinning=settings.intra_op_spinning,
+            intra_op_spinning=settings.intra_op_spinning, device_cast=settings.onnx_device_cast,
         )
         if settings.verify_on_load:
             verify_reference(bundle, runtime.run)

@@ -123,6 +123,29 @@ def test_the_cuda_provider_stages_inputs_in_pinned_memory(exported) -> None:
     assert staging.allocations == len(shapes)
 
 
+@needs(onnx_cuda_missing())
+def test_the_cuda_provider_casts_integer_inputs_on_the_device(exported) -> None:
+    """uint8 rows reach the ONNX runtime on CUDA narrow (as the batch step leaves uint8
+    frames), are staged as uint8 and cast by the device; the answers equal the same run fed
+    the float32 values, and the staging block holds the uint8 rows."""
+    name = next(n for n in _cases_with_weights() if not n.startswith("<"))
+    bundle = exported(load_case(name))
+    runtime = _open(bundle, "onnx", "cuda")
+    assert runtime.describe()["inputs_cast_on_device"] is True, runtime.describe()
+    shapes = _input_shapes(runtime)
+    rng = np.random.default_rng(1)
+    cast = runtime._device_cast  # type: ignore[attr-defined]
+    for batch in (64, 3, 64):
+        narrow = {n: rng.integers(0, 256, (batch, *shape), dtype=np.uint8) for n, shape in shapes.items()}
+        wide = runtime.run({n: v.astype(np.float32) for n, v in narrow.items()})
+        got = runtime.run(narrow)
+        for out, value in got.items():
+            np.testing.assert_allclose(value, wide[out], rtol=1e-6, atol=1e-6, err_msg=out)
+        for n, rows in narrow.items():
+            assert np.array_equal(runtime.staging.view(n, rows.shape, np.uint8), rows), n  # type: ignore[attr-defined]
+    assert cast.calls == 3 * len(shapes)
+
+
 def _input_shapes(runtime: Runtime) -> dict[str, tuple[int, ...]]:
     session = runtime._session  # type: ignore[attr-defined]
     return {i.name: tuple(int(d) for d in i.shape[1:]) for i in session.get_inputs()}

@@ -106,6 +106,7 @@ def test_every_model_runs_on_cuda_and_says_so(cuda, cpu):
         assert runtime["input_staging"] == "pinned", runtime
         if runtime["kind"] == "onnx":
             assert runtime["providers"][0] == "CUDAExecutionProvider", runtime
+            assert runtime["inputs_cast_on_device"] is True, runtime
         assert cpu.get(f"/v1/models/{model}").json()["runtime"]["device"] == "cpu"
 
 

@@ -24,16 +24,19 @@ def choose_kind(available: list[str], preference: str) -> str:
 
 def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names: list[str],
                  intra_op_threads: int, device: DeviceRequest | str = "auto", tensorrt: bool = False,
-                 policy_path: Path | None = None, intra_op_spinning: bool = False) -> Runtime:
+                 policy_path: Path | None = None, intra_op_spinning: bool = False,
+                 device_cast: bool = True) -> Runtime:
     """``policy_path``: the same graph without the value head, where the bundle has one.
     ``device``: ``RLSERVE_DEVICE`` (see ``device.py``); ``tensorrt``: ONNX Runtime's
-    TensorRT provider first, where the installed build has it. Raises ``DeviceUnavailable``
+    TensorRT provider first, where the installed build has it; ``device_cast``: ONNX
+    Runtime on CUDA casts integer inputs on the device (``device_cast.py``). Raises ``DeviceUnavailable``
     when CUDA was required and cannot be used."""
     if kind == "onnx":
         from rlserve.service.serving.runtime.onnx import OnnxRuntime
 
         return OnnxRuntime(path, intra_op_threads=intra_op_threads, device=device, tensorrt=tensorrt,
-                           policy_path=policy_path, intra_op_spinning=intra_op_spinning)
+                           policy_path=policy_path, intra_op_spinning=intra_op_spinning,
+                           device_cast=device_cast)
     if kind == "torchscript":
         from rlserve.service.serving.runtime.torchscript import TorchScriptRuntime
 

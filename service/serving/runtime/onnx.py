@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.service.serving.runtime.device import (
+    CPU_EP,
     CUDA_EP,
     DeviceRequest,
     Placement,
@@ -17,6 +18,7 @@ from rlserve.service.serving.runtime.device import (
     onnx_placement,
     settle,
 )
+from rlserve.service.serving.runtime.device_cast import DeviceCast
 from rlserve.service.serving.runtime.onnx_binding import BoundRunner, Runner, plain_runner, preload_cuda_libraries
 from rlserve.service.serving.runtime.staging import HostStaging, pinned_staging
 
@@ -54,11 +56,20 @@ def place(ort: Any, request: DeviceRequest, tensorrt: bool) -> Placement:
     return onnx_placement(request, available, devices, why, tensorrt=tensorrt)
 
 
+def cast_on(ort: Any, placement: Placement) -> DeviceCast:
+    """The device cast for a CUDA placement: its CUDA provider (not TensorRT's) and the
+    device index of ``placement.device`` ("cuda:N")."""
+    providers = [spec for spec in placement.providers
+                 if spec == CPU_EP or (isinstance(spec, tuple) and spec[0] == CUDA_EP)]
+    return DeviceCast(ort, providers, "cuda", int(placement.device.split(":", 1)[1]))
+
+
 class OnnxRuntime:
     kind = "onnx"
 
     def __init__(self, path: Path, *, intra_op_threads: int = 1, device: DeviceRequest | str = "auto",
-                 tensorrt: bool = False, policy_path: Path | None = None, intra_op_spinning: bool = False):
+                 tensorrt: bool = False, policy_path: Path | None = None, intra_op_spinning: bool = False,
+                 device_cast: bool = True):
         import onnxruntime as ort
 
         request = device if isinstance(device, DeviceRequest) else DeviceRequest.parse(device)
@@ -83,7 +94,8 @@ class OnnxRuntime:
         self.output_names = [o.name for o in self._session.get_outputs()]
         run_options = ort.RunOptions()
         self.staging: HostStaging | None = pinned_staging() if placement.cuda else None
-        self.casts_inputs = self.staging is not None  # the staging copy casts (``BoundRunner``)
+        self.casts_inputs = self.staging is not None  # the staging copy or the device casts (``BoundRunner``)
+        self._device_cast = cast_on(ort, placement) if self.staging is not None and device_cast else None
         self._run_full = self._runner(self._session, self.output_names, run_options)
         self._run_policy = (None if self._policy_session is None else
                             self._runner(self._policy_session, self._policy_outputs, run_options))
@@ -94,7 +106,7 @@ class OnnxRuntime:
     def _runner(self, session: Any, output_names: list[str], run_options: Any) -> Runner:
         if self.staging is None:
             return plain_runner(session, output_names, run_options)
-        return BoundRunner(session, output_names, self.input_dtypes, self.staging, run_options)
+        return BoundRunner(session, output_names, self.input_dtypes, self.staging, run_options, self._device_cast)
 
     def run(self, inputs: dict[str, np.ndarray], *, value: bool = True) -> dict[str, np.ndarray]:
         feed = {name: inputs[name] for name in self.input_dtypes}
@@ -111,4 +123,5 @@ class OnnxRuntime:
                                         "device_setting": self.device_setting}
         if self.staging is not None:
             described["input_staging"] = self.staging.kind
+            described["inputs_cast_on_device"] = self._device_cast is not None
         return described
