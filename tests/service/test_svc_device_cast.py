@@ -98,3 +98,18 @@ def test_a_device_cast_that_cannot_load_leaves_the_cast_to_the_host(bundle_store
     assert cast.calls == 0 and staging.view("obs", x.shape, np.float32).tolist() == x.astype(np.float32).tolist()
     warnings = [r.getMessage() for r in caplog.records if "cast on the host" in r.getMessage()]
     assert len(warnings) == 1 and "uint8 -> float32" in warnings[0], warnings
+
+
+def test_a_device_cast_that_onnx_runtime_moved_to_another_provider_is_not_used(bundle_store, caplog):
+    """ONNX Runtime makes a session on the next provider by itself when the first is not in
+    its build (on the CPU wheel: CUDA's): that cast would not leave its output on the
+    device, so the input is cast on the host."""
+    caplog.set_level(logging.WARNING, "rlserve.runtime")
+    absent = next(p for p in ort.get_all_providers() if p not in ort.get_available_providers())
+    cast = DeviceCast(ort, [(absent, {"device_id": "0"}), "CPUExecutionProvider"], "cuda", 0)
+    session, bound, plain, staging = _runners(bundle_store, "mlp", cast)
+    x = np.arange(8, dtype=np.uint8).reshape(2, 4)
+    for g, e in zip(bound({"obs": x}), plain({"obs": x.astype(np.float32)}), strict=True):
+        np.testing.assert_array_equal(g, e)
+    assert cast.calls == 0
+    assert any(f"not {absent}" in r.getMessage() for r in caplog.records), absent

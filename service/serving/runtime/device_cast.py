@@ -108,6 +108,11 @@ class DeviceCast:
         except Exception as exc:  # ONNX Runtime raises its own types; any means "not here"
             log.warning("%s -> %s inputs are cast on the host: the device cast did not load: %s", source, target, exc)
             return None
+        first = self._providers[0] if isinstance(self._providers[0], str) else self._providers[0][0]
+        if first not in session.get_providers():  # ONNX Runtime fell back to another provider by itself
+            log.warning("%s -> %s inputs are cast on the host: the device cast runs on %s, not %s", source, target,
+                        session.get_providers(), first)
+            return None
         return session, session.io_binding()
 
     def __call__(self, staged: np.ndarray, target: np.dtype, run_options: Any) -> Any:
