@@ -50,7 +50,9 @@ def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: 
     _, action, logp, value, entropy, dist_inputs = kept.answer
     raw_action = action
     if unsquash or clip:
-        actions: Any = policy.pipeline.action_from_json(action)
+        # The kept action is the raw sample (a float Box's may lie outside its bounds, as
+        # ``check_index`` allows): read it so, then unsquash or clip it as the request asks.
+        actions: Any = policy.pipeline.prev_action_from_json(action)
         if unsquash:
             actions = policy.pipeline.unsquash(actions)
         if clip:

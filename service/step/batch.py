@@ -145,8 +145,9 @@ class BatchStep:
     def _run_indexed(self, steps: list[Step]) -> list[Any]:
         results: list[Any] = [None] * len(steps)
         todo: list[int] = []
+        read_action, dist_width = self.pipeline.prev_action_from_json, self.signature.num_outputs
         for index, step in enumerate(steps):
-            verdict = None if step.expect_steps is None else check_index(step)
+            verdict = None if step.expect_steps is None else check_index(step, read_action, dist_width)
             if verdict is None:
                 todo.append(index)
             else:

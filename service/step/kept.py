@@ -5,11 +5,13 @@ each row's answer in its session (``pack_answer``, msgpack of [step index, actio
 value, entropy, dist_inputs]), and a request for the step just answered gets that answer
 back instead of a second step (``check_index``: the kept answer, a 409, or None to run it).
 The bytes travel in the session's record (``rlserve.service.sessions.record``), so an
-imported record may hold anything there: what is not a kept answer is never replayed.
+imported record may hold anything there: what is not a kept answer of this policy (an
+action it could have sampled, numbers where numbers go) is never replayed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,9 +38,11 @@ class KeptAnswer:
 _KEPT = msgspec.msgpack.Decoder(list)
 
 
-def check_index(step: Step) -> KeptAnswer | ServiceError | None:
+def check_index(step: Step, read_action: Callable[[Any], Any], dist_width: int) -> KeptAnswer | ServiceError | None:
     """None: the session has answered exactly ``expect_steps`` steps, run it. The kept
-    answer when this step was answered already; else 409 naming both counts. Checked
+    answer when this step was answered already (``read_action``: the policy's reading of a
+    raw sampled JSON action, raising ValueError for one it could not have sampled;
+    ``dist_width``: its dist_inputs' width); else 409 naming both counts. Checked
     here, when the batch runs, because only now is the copy of the session the latest
     (an external store's ``validate`` ran) and earlier steps of a pipelining client done."""
     session = step.sessions[0]
@@ -47,7 +51,7 @@ def check_index(step: Step) -> KeptAnswer | ServiceError | None:
     if session.steps == expected:
         return None
     if session.steps == expected + 1 and session.answer is not None:
-        answer = _kept(session.answer)
+        answer = _kept(session.answer, read_action, dist_width)
         if answer is not None and answer[0] == expected:
             return KeptAnswer(session, answer)
     return SessionConflict(
@@ -55,13 +59,31 @@ def check_index(step: Step) -> KeptAnswer | ServiceError | None:
         f"{expected}", field="step", expected=session.steps, received=expected)
 
 
-def _kept(data: bytes) -> list[Any] | None:
-    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's)."""
+def _kept(data: bytes, read_action: Callable[[Any], Any], dist_width: int) -> list[Any] | None:
+    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's):
+    not msgpack, not [index, action, logp, value, entropy, dist_inputs], an action the
+    policy reads as none of its actions, or anything after it but numbers (dist_inputs:
+    ``dist_width`` of them)."""
     try:
         answer = _KEPT.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
-    return answer if len(answer) == 6 and type(answer[0]) is int else None
+    if len(answer) != 6 or type(answer[0]) is not int or not all(_number(x) for x in answer[2:5]):
+        return None
+    dist_inputs = answer[5]
+    if dist_inputs is not None and not (type(dist_inputs) is list and len(dist_inputs) == dist_width
+                                        and all(_number(x) for x in dist_inputs)):
+        return None
+    try:
+        read_action(answer[1])
+    except (ValueError, TypeError):
+        return None
+    return answer
+
+
+def _number(value: Any) -> bool:
+    """A JSON number, or null (where the first answer had no value, or a NaN)."""
+    return value is None or type(value) in (int, float)
 
 
 _ANSWERS = msgspec.msgpack.Encoder()
