@@ -117,13 +117,10 @@ async def put_session(name: str, session_id: str, request: Request, version: str
         raise InvalidInput(f"body: {exc}", field="body",
                            expected=f"a session record of {quoted(name)} version {policy.version!r} (tensors "
                                     f"{policy.sessions.layout.description})", received=f"{len(data)} bytes") from None
-    for other in entry.versions.values():  # one id, one version
-        held = other.sessions.live(session_id)
-        if other is not policy and held is not None:
-            if held.inflight:
-                raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is "
-                                      "answered", field="session_id", received=session_id)
-            other.sessions.forget(held)
+    if entry.in_flight(session_id):
+        raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is answered",
+                              field="session_id", received=session_id)
+    entry.forget_elsewhere(session_id, policy)
     session = await policy.sessions.import_session(session_id, record)
     return _info(policy, session)
 

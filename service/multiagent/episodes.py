@@ -80,8 +80,14 @@ class EpisodeService:
         # Every agent's record is read before any is written: a refused import changes nothing.
         decoded = {agent: self._agent_record(served, agent, seat, record.records[agent])
                    for agent, seat in seats.items()}
+        for agent, seat in seats.items():  # an agent's session may be stepped as its member model's
+            if decoded[agent][0].in_flight(seat.session_id):
+                raise SessionConflict(f"agent {agent!r} of episode {episode_id!r} has a request in flight; retry "
+                                      "when it is answered", field=f"body.records.{agent}", received=seat.session_id)
         for agent, seat in seats.items():
-            await _import_agent(seat, *decoded[agent])
+            entry, policy, session_record = decoded[agent]
+            entry.forget_elsewhere(seat.session_id, policy)
+            await policy.sessions.import_session(seat.session_id, session_record)
         if old is not None:
             for agent, seat in old.seats.items():
                 if agent not in seats:
@@ -125,15 +131,6 @@ class EpisodeService:
         return {"episode_id": episode.id, "model": served.name, "version": served.version, "seed": episode.seed,
                 "steps": episode.steps, "idle_s": max(0.0, store.clock() - episode.last_used),
                 "idle_ttl_s": store.idle_ttl_s, "agents": agents}
-
-
-async def _import_agent(seat: Seat, entry: ModelEntry, policy: Policy, session_record: SessionRecord) -> None:
-    """Write one agent's state (checked by ``_agent_record``) under its new session id."""
-    for other in entry.versions.values():  # one id, one version
-        held = other.sessions.live(seat.session_id)
-        if other is not policy and held is not None:
-            other.sessions.forget(held)
-    await policy.sessions.import_session(seat.session_id, session_record)
 
 
 async def _wait(pending: Any) -> None:

@@ -54,6 +54,20 @@ class ModelEntry:
         """The version ``session`` is bound to (a session the resolver found is on a loaded one)."""
         return self.versions[session.version]
 
+    def in_flight(self, session_id: str) -> bool:
+        """Whether a version holds session ``session_id`` with a request in flight (an
+        import must not replace it: the batch would write into a slot given away)."""
+        return any((held := policy.sessions.live(session_id)) is not None and held.inflight
+                   for policy in self.versions.values())
+
+    def forget_elsewhere(self, session_id: str, keep: Policy) -> None:
+        """Forget session ``session_id`` in every version but ``keep`` (one id, one version):
+        before an import into ``keep``, once ``in_flight`` said no."""
+        for policy in self.versions.values():
+            held = policy.sessions.live(session_id)
+            if policy is not keep and held is not None:
+                policy.sessions.forget(held)
+
 
 class ModelRegistry:
     def __init__(self, settings: Settings, metrics: Metrics | None = None, store: RedisSessions | None = None,

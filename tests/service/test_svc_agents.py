@@ -241,6 +241,42 @@ async def test_a_refused_import_leaves_the_episode_it_would_replace_as_it_was(cl
     assert _without_export_times(after) == _without_export_times(before)
 
 
+async def test_an_import_over_an_agent_session_in_flight_is_refused_before_anything_is_written(client_of):
+    """An agent's session is an ordinary session of its member model, which a client can
+    step directly: while it has a request in flight, an import of its episode is a 409
+    naming that agent, and no other agent's state was replaced (the batch would otherwise
+    write into a slot the import gave away). Once answered, the same import goes through."""
+    import msgspec
+
+    from rlserve.service.sessions.episodes import agent_session_id
+
+    app, client = client_of()
+    octet = {"accept": "application/octet-stream"}
+    obs = [0.3, 0.2, 0.1, 0.0]
+    for episode, steps in (("x", 2), ("y", 4)):
+        for t in range(steps):
+            await _act(client, {"episode_id": episode, "episode_start": t == 0, "seed": 3,
+                                "agents": {"red_1": {"observation": obs}, "blue_1": {"observation": obs}}})
+    before = (await client.get("/v1/models/team/episodes/x", headers=octet)).content
+    other = (await client.get("/v1/models/team/episodes/y", headers=octet)).content
+    assert list(msgspec.msgpack.decode(other)["records"]) == ["red_1", "blue_1"]  # red_1 would be written first
+    held = app.state.registry.entry("team.ff").policy().sessions.live(agent_session_id("x", "blue_1"))
+    held.inflight += 1  # as while a request of team.ff for that session is in its batch
+    try:
+        refused = await client.put("/v1/models/team/episodes/x", content=other,
+                                   headers={"content-type": "application/octet-stream"})
+    finally:
+        held.inflight -= 1
+    assert refused.status_code == 409 and error_of(refused)["field"] == "body.records.blue_1", refused.text
+    after = (await client.get("/v1/models/team/episodes/x", headers=octet)).content
+    assert _without_export_times(after) == _without_export_times(before)
+    taken = await client.put("/v1/models/team/episodes/x", content=other,
+                             headers={"content-type": "application/octet-stream"})
+    assert taken.status_code == 200, taken.text
+    imported = (await client.get("/v1/models/team/episodes/x", headers=octet)).content
+    assert _without_export_times(imported)["records"] == _without_export_times(other)["records"]
+
+
 def _without_export_times(exported: bytes) -> dict:
     """An episode export, each agent's record without its "created" (bytes 24-32: a wall
     time the export computes, so two exports of one state differ there)."""
