@@ -116,7 +116,9 @@ class DeviceCast:
         return session, session.io_binding()
 
     def __call__(self, staged: np.ndarray, target: np.dtype, run_options: Any) -> Any:
-        session, binding = self._runs[(staged.dtype, np.dtype(target), staged.ndim)]  # after ``takes``
+        run = self._runs[(staged.dtype, np.dtype(target), staged.ndim)]
+        assert run is not None, "called for an input that ``takes`` refused"
+        session, binding = run
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
         binding.bind_input("x", "cpu", 0, staged.dtype.type, list(staged.shape), staged.ctypes.data)
