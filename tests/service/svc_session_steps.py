@@ -1,10 +1,12 @@
 """The steps the store-backed session tests drive (test_svc_session_store.py,
 test_svc_session_store_requests.py): seeded observations, one session step, an episode
-stepped across replicas, and two replicas partway through an episode on one store.
+stepped across replicas, two replicas partway through an episode on one store, and an
+exported session record with a forged kept answer.
 """
 
 from __future__ import annotations
 
+import msgpack
 import numpy as np
 
 
@@ -43,3 +45,13 @@ async def two_replicas_partway(make_client, store: dict, seed: int, sid: str, st
     _, b = make_client(("lstm",), **store)
     assert await episode([a, b], "lstm", sid, obs[:done]) == expected[:done]
     return a, b, obs, expected
+
+
+def forge_answer(exported: bytes, answer: list) -> bytes:
+    """``exported`` (an exported session record, format 1) with its kept answer replaced by
+    ``answer`` as msgpack, the header's answer length (offset 36) set to match."""
+    answer_len = int.from_bytes(exported[36:40], "little")
+    end = len(exported) - int.from_bytes(exported[76:80], "little")  # the kept answer ends where the trail starts
+    data = msgpack.packb(answer)
+    header = exported[:36] + len(data).to_bytes(4, "little") + exported[40:80]
+    return header + exported[80:end - answer_len] + data + exported[end:]

@@ -325,3 +325,33 @@ async def test_every_refusal_under_v2_has_the_protocol_shape(make_client):
     assert "not allowed" in refusal(await client.post("/v2/health/live"), 405)
     unknown_v1 = await client.get("/v1/models/mlp/stats")  # the JSON API keeps its own shape
     assert unknown_v1.status_code == 404 and unknown_v1.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("kept, served", [
+    ([0, [2.5, -0.5], -1.5, 0.75, None, [0.1, 0.2, 0.3, 0.4]], True),  # a raw sample outside Box(-1, 1)
+    ([0, [0.1, 0.2], 0.5, None, None, [0.1, 0.2]], False),  # two dist_inputs of four
+    ([0, "junk", 0.5, None, None, None], False),
+], ids=["raw-sample", "dist-width", "junk-action"])
+async def test_a_retry_answers_an_imported_kept_answer_only_if_the_policy_could_have_given_it(make_client, kept,
+                                                                                                 served):
+    """A sequence imported (``PUT .../sessions/{id}``) with a forged kept answer: one this
+    policy could have given is the retry's answer, in the protocol's tensors; one it could
+    not is the step index's refusal (400 in this protocol), where the tensors once failed to
+    build (a 500)."""
+    from svc_session_steps import forge_answer
+
+    _, client = make_client(("lstm",))
+    obs = np.random.default_rng(6).uniform(-1, 1, (2, 4)).astype(np.float32)
+    assert (await post(client, *_sequence_step(0, obs), model="lstm")).status_code == 200
+    exported = (await client.get("/v1/models/lstm/sessions/r", headers={"accept": "application/octet-stream"})).content
+    imported = await client.put("/v1/models/lstm/sessions/r2", content=forge_answer(exported, kept),
+                                headers={"content-type": "application/octet-stream"})
+    assert imported.status_code == 200, imported.text
+    body, headers = _sequence_step(1, obs, sequence_id="r2", step=0)
+    retry = await post(client, body, headers, model="lstm")
+    if not served:
+        assert "has answered 1 steps" in refusal(retry)  # the protocol answers conflicts 400
+        return
+    outputs = {o["name"]: o["data"] for o in split(retry)[0]["outputs"]}
+    assert outputs["action"] == [2.5, -0.5] and outputs["logp"] == [-1.5] and outputs["value"] == [0.75]
+    assert outputs["dist_inputs"] == pytest.approx([0.1, 0.2, 0.3, 0.4])

@@ -11,10 +11,9 @@ import logging
 import signal
 import time
 
-import msgpack
 import pytest
 from conftest import error_of
-from svc_session_steps import episode, observations, step, two_replicas_partway
+from svc_session_steps import episode, forge_answer, observations, step, two_replicas_partway
 
 pytestmark = pytest.mark.asyncio
 
@@ -198,16 +197,6 @@ async def test_an_imported_kept_answer_that_is_none_is_not_replayed(make_client,
     assert (await step(client, "lstm", "k2", obs[1], 1, step=1)).status_code == 200
 
 
-def _forge_answer(exported: bytes, answer: list) -> bytes:
-    """``exported`` (an exported session record, format 1) with its kept answer replaced by
-    ``answer`` as msgpack, the header's answer length (offset 36) set to match."""
-    answer_len = int.from_bytes(exported[36:40], "little")
-    end = len(exported) - int.from_bytes(exported[76:80], "little")  # the kept answer ends where the trail starts
-    data = msgpack.packb(answer)
-    header = exported[:36] + len(data).to_bytes(4, "little") + exported[40:80]
-    return header + exported[80:end - answer_len] + data + exported[end:]
-
-
 @pytest.mark.parametrize("answer", [
     [0, "junk", -1.0, None, None, None],  # no action of Box(2)
     [0, "", 0.5, None, None, None],
@@ -227,7 +216,7 @@ async def test_an_imported_kept_answer_that_does_not_fit_the_policy_is_not_repla
     obs = observations(4, 2)
     assert (await step(client, "lstm", "f", obs[0], 0, step=0)).status_code == 200
     exported = (await client.get("/v1/models/lstm/sessions/f", headers={"accept": "application/octet-stream"})).content
-    forged = _forge_answer(exported, answer)
+    forged = forge_answer(exported, answer)
     octet = {"content-type": "application/octet-stream"}
     assert (await client.put("/v1/models/lstm/sessions/f2", content=forged, headers=octet)).status_code == 200
     retry = await step(client, "lstm", "f2", obs[0], 1, step=0, unsquash_actions=unsquash,
@@ -239,14 +228,14 @@ async def test_an_imported_kept_answer_that_does_not_fit_the_policy_is_not_repla
 async def test_a_kept_answer_forged_to_another_valid_answer_is_replayed(make_client):
     """The other side of the check: a kept answer that this policy could have given (here
     another raw sample) is replayed as kept, unsquashed or clipped as a retry asks, so the
-    check refuses only what does not fit, and ``_forge_answer`` writes records the server
+    check refuses only what does not fit, and ``forge_answer`` writes records the server
     reads. Before, unsquashing or clipping a kept sample outside the Box failed (500)."""
     _, client = make_client(("lstm",))
     obs = observations(4, 2)
     assert (await step(client, "lstm", "g", obs[0], 0, step=0)).status_code == 200
     exported = (await client.get("/v1/models/lstm/sessions/g", headers={"accept": "application/octet-stream"})).content
     # A raw sample outside Box(-1, 1) (as a Gaussian's often is), a NaN logit kept as null.
-    forged = _forge_answer(exported, [0, [2.5, -0.5], -1.5, 0.75, None, [0.1, None, 0.3, 0.4]])
+    forged = forge_answer(exported, [0, [2.5, -0.5], -1.5, 0.75, None, [0.1, None, 0.3, 0.4]])
     octet = {"content-type": "application/octet-stream"}
     assert (await client.put("/v1/models/lstm/sessions/g2", content=forged, headers=octet)).status_code == 200
     retry = await step(client, "lstm", "g2", obs[0], 1, step=0, outputs=["value", "dist_inputs", "raw_action"])
