@@ -50,9 +50,9 @@ def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: 
     _, action, logp, value, entropy, dist_inputs = kept.answer
     raw_action = action
     if unsquash or clip:
-        # The kept action is the raw sample (a float Box's may lie outside its bounds, as
-        # ``check_index`` allows): read it so, then unsquash or clip it as the request asks.
-        actions: Any = policy.pipeline.prev_action_from_json(action)
+        # The kept action is the raw sample (a float Box's may lie outside its bounds), as
+        # ``check_index`` read it: unsquashed or clipped as this request asks.
+        actions: Any = kept.raw_actions
         if unsquash:
             actions = policy.pipeline.unsquash(actions)
         if clip:

@@ -33,6 +33,7 @@ class KeptAnswer:
 
     session: Session
     answer: list[Any]  # as ``pack_answer`` wrote it
+    raw_actions: Any  # its action read as the raw sample it was: a model-space batch of one
 
 
 _KEPT = msgspec.msgpack.Decoder(list)
@@ -51,19 +52,19 @@ def check_index(step: Step, read_action: Callable[[Any], Any], dist_width: int) 
     if session.steps == expected:
         return None
     if session.steps == expected + 1 and session.answer is not None:
-        answer = _kept(session.answer, read_action, dist_width)
-        if answer is not None and answer[0] == expected:
-            return KeptAnswer(session, answer)
+        kept = _kept(session.answer, read_action, dist_width)
+        if kept is not None and kept[0][0] == expected:
+            return KeptAnswer(session, *kept)
     return SessionConflict(
         f"session {session.id!r} has answered {session.steps} steps of this episode; this request says it is step "
         f"{expected}", field="step", expected=session.steps, received=expected)
 
 
-def _kept(data: bytes, read_action: Callable[[Any], Any], dist_width: int) -> list[Any] | None:
-    """A kept answer (``pack_answer``); None for bytes that are none (an imported record's):
-    not msgpack, not [index, action, logp, value, entropy, dist_inputs], an action the
-    policy reads as none of its actions, or anything after it but numbers (dist_inputs:
-    ``dist_width`` of them)."""
+def _kept(data: bytes, read_action: Callable[[Any], Any], dist_width: int) -> tuple[list[Any], Any] | None:
+    """A kept answer (``pack_answer``) and its action as ``read_action`` read it; None for
+    bytes that are none (an imported record's): not msgpack, not [index, action, logp,
+    value, entropy, dist_inputs], an action the policy reads as none of its actions, or
+    anything after it but numbers (dist_inputs: ``dist_width`` of them)."""
     try:
         answer = _KEPT.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError):
@@ -75,10 +76,9 @@ def _kept(data: bytes, read_action: Callable[[Any], Any], dist_width: int) -> li
                                         and all(_number(x) for x in dist_inputs)):
         return None
     try:
-        read_action(answer[1])
+        return answer, read_action(answer[1])
     except (ValueError, TypeError):
         return None
-    return answer
 
 
 def _number(value: Any) -> bool:

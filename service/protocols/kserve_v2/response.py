@@ -163,7 +163,7 @@ def _kept_scores(kept: KeptAnswer) -> Callable[[str], np.ndarray | None]:
 def _served(accepted: Accepted, output: StepOutput | KeptAnswer) -> Any:
     """The request's model-space actions as served (unsquashed / clipped when asked)."""
     pipeline = accepted.policy.pipeline
-    actions = pipeline.prev_action_from_json(output.answer[1]) if isinstance(output, KeptAnswer) else output.actions()
+    actions = output.raw_actions if isinstance(output, KeptAnswer) else output.actions()
     if accepted.unsquash:
         actions = pipeline.unsquash(actions)
     if accepted.clip:
