@@ -12,7 +12,15 @@ Two questions, each answered by interleaved pairs on the same server:
 - throughput: 64 connections x 8 agents against the same rows as 64-row single-policy
   requests (8 connections, a session per row), observations per second (target: >= 0.8x).
 
-    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency 1 16] [--code CHECKOUT]
+    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency 1 16] [--no-budget]
+        [--code CHECKOUT]
+
+Every scenario line is followed by its batches' work per row (the model, sampling, state:
+the server's ``rlserve_batch_run_seconds`` over its rows). Then, unless ``--no-budget``, the
+throughput target as a budget: the server CPU an 8-agent request may cost at 0.8, less its
+rows' batch work, against what HTTP alone costs on the same bodies (bench_server.py's minimal
+uvicorn app, which reads the body and answers a fixed one) and what the rest of rlserve's
+request costs now.
 
 ``--code CHECKOUT`` serves with another checkout's code (bench_server.py's ``--baseline``
 path), so that runs of a change and of its parent can alternate on the same machine.
@@ -22,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -104,6 +114,9 @@ def main() -> None:
     parser.add_argument("--cost-concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, load generator on CPU 1 (bench_server.py's pinning)")
+    parser.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
+                        help="after the throughput question, what 0.8 leaves an 8-agent request besides its batch, "
+                             "and what HTTP alone costs (a minimal uvicorn app, same bodies)")
     parser.add_argument("--code", type=Path, default=None, metavar="CHECKOUT",
                         help="serve with this checkout's rlserve code instead of this one's")
     args = parser.parse_args()
@@ -123,13 +136,48 @@ def main() -> None:
                 ratios = _pairs(port, proc.pid, args, rng, c, ("1 agent, session", bench.lstm_sessions, 1),
                                 (f"{AGENTS} agents, episode", agents8, AGENTS), "cpu_us", plain)
                 _report(f"cost c={c}: server CPU per request, {AGENTS} agents / 1 agent", ratios, "<= 2")
+            rounds: list[dict] = []
             ratios = _pairs(port, proc.pid, args, rng, None, ("64-row requests, c=8", sessions64, 64),
-                            (f"{AGENTS} agents, c=64", agents8, AGENTS), "obs_s", plain)
+                            (f"{AGENTS} agents, c=64", agents8, AGENTS), "obs_s", plain, rounds)
             _report(f"throughput: obs/s, 64 clients x {AGENTS} agents / 8 clients x 64-row requests", ratios,
                     ">= 0.8")
         finally:
             bench.stop(proc)
+        if args.budget:
+            _budget(rounds, args, rng, Path(tmp))
     bench.machine_state("end")
+
+
+def _batch_totals(port: int) -> tuple[float, float]:
+    """(seconds spent in batches, rows they ran), all models together, from the server's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    sums = {"run_seconds": 0.0, "size_rows": 0.0}
+    for kind, value in re.findall(r'^rlserve_batch_(run_seconds|size_rows)_sum\{[^}]*\} (\S+)$', text, re.M):
+        sums[kind] += float(value)
+    return sums["run_seconds"], sums["size_rows"]
+
+
+def _budget(rounds: list[dict], args: argparse.Namespace, rng, workdir: Path) -> None:
+    """What the throughput target leaves an 8-agent request outside its batch, against what
+    HTTP alone costs: the same 8-agent bodies sent to bench_server.py's minimal uvicorn app
+    (it reads the body and answers a fixed one, parsing nothing), pinned the same way."""
+    multi = f"{AGENTS} agents, c=64"
+    per_row_64 = statistics.median(r["64-row requests, c=8"]["cpu_us"] / 64 for r in rounds)
+    allowed = AGENTS * per_row_64 / 0.8
+    batch = statistics.median(r[multi]["batch_us_per_row"] for r in rounds) * AGENTS
+    spent = statistics.median(r[multi]["cpu_us"] for r in rounds)
+    proc, port = bench.start_minimal(workdir)
+    try:
+        http = statistics.median(bench.run_load(port, agents8(64, rng), args.duration, args.warmup, proc.pid)["cpu_us"]
+                                 for _ in range(args.rounds))
+    finally:
+        bench.stop(proc)
+    print(f"budget at 0.8: an {AGENTS}-agent request may cost {allowed:.0f} us of server CPU ({AGENTS} x the 64-row "
+          f"request's {per_row_64:.1f} per row / 0.8); its {AGENTS} rows' batch work (the model, sampling, state) "
+          f"takes {batch:.0f}, which leaves {allowed - batch:.0f} us for the rest of the request. A uvicorn app that "
+          f"parses nothing spends {http:.0f} us per request on the same bodies at c=64; rlserve's request outside "
+          f"its batch costs {spent - batch:.0f} us now (medians of {len(rounds)} rounds)", flush=True)
 
 
 def _report(question: str, ratios: list[tuple[float, float]], target: str) -> None:
@@ -141,9 +189,10 @@ def _report(question: str, ratios: list[tuple[float, float]], target: str) -> No
 
 
 def _pairs(port: int, pid: int, args: argparse.Namespace, rng, c: int | None, base: tuple, multi: tuple,
-           figure: str, plain: tuple) -> list[tuple[float, float]]:
+           figure: str, plain: tuple, rounds: list[dict] | None = None) -> list[tuple[float, float]]:
     """``rounds`` rounds of (base, multi, plain), the order rotating; (multi/base, plain/base) of
-    ``figure`` per round. ``c`` None: the throughput question (base at 8 connections, the others at 64)."""
+    ``figure`` per round. ``c`` None: the throughput question (base at 8 connections, the others at 64).
+    Each round's results (with the batches' time per row, from /metrics) go to ``rounds`` if given."""
     ratios = []
     for round_ in range(args.rounds):
         results = {}
@@ -151,10 +200,17 @@ def _pairs(port: int, pid: int, args: argparse.Namespace, rng, c: int | None, ba
         order = scenarios[round_ % 3:] + scenarios[:round_ % 3]
         for label, make, rows in order:
             conns = c if c is not None else (8 if make is sessions64 else 64)
+            s0, r0 = _batch_totals(port)
             res = bench.run_load(port, make(conns, rng), args.duration, args.warmup, pid)
             res["obs_s"] = res["req_s"] * rows
+            s1, r1 = _batch_totals(port)  # one scenario runs at a time: its model's batches
+            res["batch_us_per_row"] = 1e6 * (s1 - s0) / max(r1 - r0, 1.0)
             bench.show(label, conns, res, rows)
+            print(f"{'':<44} batch work (the model, sampling, state): {res['batch_us_per_row']:.1f} us per row",
+                  flush=True)
             results[label] = res
+        if rounds is not None:
+            rounds.append(results)
         ratios.append((results[multi[0]][figure] / results[base[0]][figure],
                        results[plain[0]][figure] / results[base[0]][figure]))
     return ratios
