@@ -14,6 +14,11 @@ requests/s, observations/s, p50/p99 latency and errors per cell, then the GPU/CP
 cell and the issue's targets, and ``--json`` keeps everything with the machine's
 description (CPU model, cores, GPU, driver, onnxruntime and its providers).
 
+``--device-cast off`` starts every server with ``RLSERVE_ONNX_DEVICE_CAST=false``, so that the
+VisionNet's uint8 frames are cast to float32 on the host instead of on the GPU: two runs, one
+with each, on the same warm machine, split what the device cast gives from the rest. Every
+cell records what its model's runtime reported (``inputs_cast_on_device``; absent on the CPU).
+
 The load generator is scripts/bench_server.py's (closed loop: keep-alive connections, one
 request in flight each, requests pre-built once and shared), in ``--clients`` processes so
 that it outruns the server. Every cell is ``--warmup`` + ``--duration`` seconds; the run
@@ -104,11 +109,13 @@ BUILDERS = {"oip": oip_request, "raw": raw_request}
 
 # --------------------------------------------------------------------------- servers
 
-def start_server(repo: Path, device: str, workers: int, timeout: float) -> tuple[subprocess.Popen, int]:
+def start_server(repo: Path, device: str, workers: int, timeout: float,
+                 device_cast: bool = True) -> tuple[subprocess.Popen, int]:
     port = load.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
     env.update(RLSERVE_DEVICE=device, RLSERVE_LOG_LEVEL="warning", RLSERVE_REPOSITORY=str(repo),
-               RLSERVE_PORT=str(port), RLSERVE_WORKERS=str(workers), RLSERVE_QUEUE_LIMIT=str(QUEUE_LIMIT))
+               RLSERVE_PORT=str(port), RLSERVE_WORKERS=str(workers), RLSERVE_QUEUE_LIMIT=str(QUEUE_LIMIT),
+               RLSERVE_ONNX_DEVICE_CAST=str(device_cast).lower())
     # Its own process group: stopping it reaches every worker.
     proc = subprocess.Popen([sys.executable, "-m", "rlserve.service.cli", "serve"], env=env,
                             start_new_session=True)
@@ -264,6 +271,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=max(1, min(4, cores // 4)), help="load generator processes")
     parser.add_argument("--budget", type=float, default=230.0, help="start no cell after this many seconds")
     parser.add_argument("--start-timeout", type=float, default=60.0, help="seconds a server may take to be ready")
+    parser.add_argument("--device-cast", choices=["on", "off"], default="on",
+                        help="RLSERVE_ONNX_DEVICE_CAST of every server (off: integer inputs cast on the host)")
     parser.add_argument("--json", type=Path, default=None, help="write the run here as JSON")
     return parser.parse_args()
 
@@ -318,7 +327,7 @@ def serve_and_measure(args: argparse.Namespace, repo: Path, requests: dict, devi
         return [dict(cell, error="skipped: out of time (--budget)") for cell in base]
     t0 = time.monotonic()
     try:
-        proc, port = start_server(repo, device, workers, args.start_timeout)
+        proc, port = start_server(repo, device, workers, args.start_timeout, args.device_cast == "on")
     except (RuntimeError, OSError) as exc:
         return [dict(cell, error=f"server did not start: {exc}") for cell in base]
     cells: list[dict] = []
@@ -328,7 +337,8 @@ def serve_and_measure(args: argparse.Namespace, repo: Path, requests: dict, devi
         except OSError as exc:
             return [dict(cell, error=f"no model metadata: {exc!r}") for cell in base]
         print(f"\n{device}, {workers} worker(s): ready in {time.monotonic() - t0:.1f} s; runtimes "
-              f"{ {m: (r['device'], r.get('providers')) for m, r in runtimes.items()} }", flush=True)
+              f"{ {m: (r['device'], r.get('providers')) for m, r in runtimes.items()} }; inputs cast on the "
+              f"device: { {m: r.get('inputs_cast_on_device') for m, r in runtimes.items()} }", flush=True)
         for cell in base:
             if time.monotonic() - started > args.budget:
                 cells.append(dict(cell, error="skipped: out of time (--budget)"))
@@ -343,7 +353,9 @@ def serve_and_measure(args: argparse.Namespace, repo: Path, requests: dict, devi
             except Exception as exc:  # one cell's failure (a dead server, a refused request) is its own
                 cells.append(dict(cell, error=f"failed: {exc!r}"))
             else:
-                cells.append(dict(cell, connections=connections, server_device=runtimes[cell["model"]]["device"],
+                runtime = runtimes[cell["model"]]
+                cells.append(dict(cell, connections=connections, server_device=runtime["device"],
+                                  inputs_cast_on_device=runtime.get("inputs_cast_on_device"),
                                   obs_s=res["req_s"] * cell["rows"], **res))
             show(cells[-1])
     finally:

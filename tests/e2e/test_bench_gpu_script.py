@@ -16,7 +16,8 @@ pytestmark = pytest.mark.e2e
 def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
     out = tmp_path / "bench.json"
     text = run_script("bench_gpu.py", "--devices", "cpu", "--workers", "1", "--rows", "4", "--paths", "oip", "raw",
-                      "--duration", "0.5", "--warmup", "0.2", "--clients", "1", "--json", str(out), timeout=600)
+                      "--duration", "0.5", "--warmup", "0.2", "--clients", "1", "--device-cast", "off",
+                      "--json", str(out), timeout=600)
     run = json.loads(out.read_text())
     cells = run["cells"]
     assert {(c["model"], c["path"]) for c in cells} == {("mlp", "oip"), ("mlp", "raw"), ("vision", "oip"),
@@ -25,6 +26,8 @@ def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
         assert "error" not in cell, cell
         assert cell["device"] == cell["server_device"] == "cpu" and cell["workers"] == 1 and cell["rows"] == 4
         assert cell["errors"] == 0 and cell["requests"] > 0 and cell["obs_s"] == pytest.approx(4 * cell["req_s"])
+        assert cell["inputs_cast_on_device"] is None  # the CPU runtime stages nothing: no cast to report
+    assert run["args"]["device_cast"] == "off"
     machine = run["machine"]
     assert machine["cores"] >= 1 and machine["cpu"] and "CPUExecutionProvider" in machine["providers"]
     assert "| model | workers | rows/request |" in text and "targets: MLP on CUDA" in text
