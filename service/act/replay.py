@@ -47,17 +47,21 @@ def expected_steps(step: int, rows: Rows) -> int | None:
 
 def kept_response(policy: Policy, step: Step, unsquash: bool, clip: bool, kept: KeptAnswer) -> ActResponse:
     """The answer of a step answered before, as the request asks for it now."""
-    _, action, logp, value, entropy, dist_inputs = kept.answer
-    raw_action = action
+    _, _, logp, value, entropy, dist_inputs = kept.answer
+    # The kept action is the raw sample (a float Box's may lie outside its bounds), as
+    # ``check_index`` read it: encoded again, so that an imported record's spelling of it
+    # (``1.0`` for a Discrete action) is answered as the policy answers, then unsquashed or
+    # clipped as this request asks.
+    space = policy.pipeline.action_space
+    raw_action = codec.encode_batch(space, kept.raw_actions)[0]
+    action = raw_action
     if unsquash or clip:
-        # The kept action is the raw sample (a float Box's may lie outside its bounds), as
-        # ``check_index`` read it: unsquashed or clipped as this request asks.
         actions: Any = kept.raw_actions
         if unsquash:
             actions = policy.pipeline.unsquash(actions)
         if clip:
             actions = policy.pipeline.clip(actions)
-        action = codec.encode_batch(policy.pipeline.action_space, actions)[0]
+        action = codec.encode_batch(space, actions)[0]
     response = ActResponse(model=policy.name, version=policy.version, explore=step.explore, logp=logp,
                            action=action, session_id=kept.session.id)
     if "value" in step.extras and value is not None:

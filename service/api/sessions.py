@@ -22,6 +22,7 @@ from rlserve.service.api.schemas import CreateSession, SessionInfo
 from rlserve.service.errors import BadRequest, InvalidInput, SessionConflict, quoted
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.sessions.import_check import check_contents
 from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
 from rlserve.service.sessions.store import Session, validate_session_id
 
@@ -113,6 +114,7 @@ async def put_session(name: str, session_id: str, request: Request, version: str
     policy = entry.policy(target)  # 404 naming the loaded versions
     try:
         record = policy.sessions.layout.decode(data)
+        check_contents(record, policy.bundle.manifest.signature, policy.pipeline)
     except RecordError as exc:
         raise InvalidInput(f"body: {exc}", field="body",
                            expected=f"a session record of {quoted(name)} version {policy.version!r} (tensors "

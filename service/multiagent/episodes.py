@@ -17,6 +17,7 @@ from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.episode_record import decode_episode, encode_episode
 from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
+from rlserve.service.sessions.import_check import check_contents
 from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
 
 EXPORTED = "the bytes of GET /v1/models/{name}/episodes/{id} with Accept: application/octet-stream"
@@ -107,7 +108,9 @@ class EpisodeService:
         field = f"body.records.{agent}"
         try:
             policy = entry.policy(record_version(data))
-            return entry, policy, policy.sessions.layout.decode(data)
+            record = policy.sessions.layout.decode(data)
+            check_contents(record, policy.bundle.manifest.signature, policy.pipeline)
+            return entry, policy, record
         except (RecordError, ServiceError) as exc:
             raise InvalidInput(f"{field}: {getattr(exc, 'message', exc)}", field=field,
                                expected=f"a session record of a loaded version of {entry.name!r}",

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rlserve.service.sessions.episodes import Episode, Seat
+from rlserve.service.sessions.episodes import MAX_AGENT_ID_LENGTH, Episode, Seat
 from rlserve.service.sessions.record import RecordError
 
 FORMAT = "rlserve-episode"
@@ -57,10 +57,10 @@ def decode_episode(data: bytes) -> EpisodeRecord:
         seed = body["seed"]
         if seed is not None and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
             raise RecordError(f"seed {seed!r} is not an integer in 0..2**64-1")
-        seats = {_text(agent): Seat(_text(policy), _text(session))
+        seats = {_agent(agent): Seat(_text(policy), _text(session))
                  for agent, (policy, session) in body["seats"].items()}
-        joins = {_text(agent): _count(n, f"joins of {agent!r}") for agent, n in body["joins"].items()}
-        records = {_text(agent): bytes(rec) for agent, rec in body.get("records", {}).items()}
+        joins = {_agent(agent): _count(n, f"joins of {agent!r}") for agent, n in body["joins"].items()}
+        records = {_agent(agent): bytes(rec) for agent, rec in body.get("records", {}).items()}
         return EpisodeRecord(_text(body["id"]), seed, seats, joins, _count(body.get("steps", 0), "steps"), records)
     except RecordError:
         raise
@@ -73,6 +73,14 @@ def _count(value: Any, name: str) -> int:
     writes at most 2**64 - 1, so a count is kept well below it)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise RecordError(f"{name} {value!r} is not an integer in 0..2**62")
+    return value
+
+
+def _agent(value: Any) -> str:
+    """An agent id, as a request may send it (1..MAX_AGENT_ID_LENGTH characters)."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_AGENT_ID_LENGTH:
+        shown = value[:MAX_AGENT_ID_LENGTH] + "..." if isinstance(value, str) else value
+        raise RecordError(f"agent id {shown!r} is not a string of 1..{MAX_AGENT_ID_LENGTH} characters")
     return value
 
 

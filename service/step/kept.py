@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from rlserve.service.errors import ServiceError, SessionConflict
+from rlserve.service.sessions.record import MAX_STEPS
 from rlserve.service.sessions.store import Session
 from rlserve.service.step.prepare import Step
 
@@ -49,6 +50,13 @@ def check_index(step: Step, read_action: Callable[[Any], Any], dist_width: int) 
     session = step.sessions[0]
     expected = step.expect_steps
     assert session is not None and expected is not None  # set only for a single session row
+    if session.steps >= MAX_STEPS:
+        # A record keeps at most MAX_STEPS: past it, a count read back (another replica, a
+        # restart, an import) may be short of the real one, and a retry could run twice.
+        return SessionConflict(
+            f"session {session.id!r} has answered {MAX_STEPS} or more steps of this episode, more than its record "
+            "counts: steps can no longer be checked; start a new episode (or send no 'step')", field="step",
+            expected=f"a session that has answered fewer than {MAX_STEPS} steps", received=expected)
     if session.steps == expected:
         return None
     if session.steps == expected + 1 and session.answer is not None:

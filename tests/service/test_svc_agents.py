@@ -277,6 +277,35 @@ async def test_an_import_over_an_agent_session_in_flight_is_refused_before_anyth
     assert _without_export_times(imported)["records"] == _without_export_times(other)["records"]
 
 
+async def test_an_episode_import_checks_what_each_agent_record_holds(client_of):
+    """An agent's record whose state is NaN (every later step of the agent was a 500), and
+    an agent id longer than a request may send (it was stored and echoed whole): both 422,
+    the first naming the agent's record."""
+    import msgspec
+
+    from rlserve.service.sessions.record import HEADER_BYTES, read_header
+
+    _, client = client_of()
+    octet = {"accept": "application/octet-stream"}
+    await _act(client, {"episode_id": "n", "episode_start": True,
+                        "agents": {"red_1": {"observation": [0.1, 0.2, 0.3, 0.4]}}})
+    body = msgspec.msgpack.decode((await client.get("/v1/models/team/episodes/n", headers=octet)).content)
+    record = body["records"]["red_1"]
+    state = HEADER_BYTES + int(read_header(record)["version_len"])  # the lstm's h state comes first
+    nan = dict(body, records={"red_1": record[:state] + np.float32("nan").tobytes() + record[state + 4:]})
+    refused = await client.put("/v1/models/team/episodes/m", content=msgspec.msgpack.encode(nan),
+                               headers={"content-type": "application/octet-stream"})
+    assert refused.status_code == 422 and error_of(refused)["field"] == "body.records.red_1", refused.text
+    long_id = "red_" + "x" * 70
+    renamed = dict(body, seats={long_id: body["seats"]["red_1"]}, joins={long_id: 1}, records={long_id: record})
+    refused = await client.put("/v1/models/team/episodes/m", content=msgspec.msgpack.encode(renamed),
+                               headers={"content-type": "application/octet-stream"})
+    assert refused.status_code == 422 and "agent id" in error_of(refused)["message"], refused.text
+    assert (await client.get("/v1/models/team/episodes/m")).status_code == 404
+    taken = await client.put("/v1/models/team/episodes/m", content=msgspec.msgpack.encode(body),
+                             headers={"content-type": "application/octet-stream"})
+    assert taken.status_code == 200, taken.text
+
 def _without_export_times(exported: bytes) -> dict:
     """An episode export, each agent's record without its "created" (bytes 24-32: a wall
     time the export computes, so two exports of one state differ there)."""
