@@ -7,18 +7,26 @@ uvicorn's parser instead; it refuses with the same ``body_too_large`` error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from rlserve.service.errors import body_too_large
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def _refuse_declared(declared: str | None, limit: int) -> None:
+    """413 for a declared ``content-length`` past ``limit``; one that is not ASCII digits is
+    left to the server's parser (str.isdigit() would take '²', which int() refuses)."""
+    if declared is not None and _DIGITS.fullmatch(declared) is not None and int(declared) > limit:
+        raise body_too_large(int(declared), limit)
 
 
 async def read_body(receive: Receive, limit: int, *, declared: str | None = None) -> bytes:
     """The whole body; 413 as soon as it (or its declared ``content-length``) passes ``limit``."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise body_too_large(int(declared), limit)
+    _refuse_declared(declared, limit)
     message = await receive()
     body = message.get("body", b"")
     if not message.get("more_body", False) and len(body) <= limit:
@@ -37,8 +45,7 @@ async def read_body(receive: Receive, limit: int, *, declared: str | None = None
 
 async def body_chunks(receive: Receive, limit: int, *, declared: str | None = None) -> AsyncIterator[bytes]:
     """The body chunk by chunk, with the same bound as ``read_body``."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise body_too_large(int(declared), limit)
+    _refuse_declared(declared, limit)
     size = 0
     while True:
         message = await receive()

@@ -195,7 +195,7 @@ def decode_request(body: bytes) -> ActRequest:
 # kept as text), to name the exact place and echo what was received.
 
 _AT = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>.*)`$", re.S)
-_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[([0-9]+|\.\.\.)\]")
 _WILD = object()  # msgspec's "[...]": some key of an object
 _NO_VALUE = object()
 

@@ -9,6 +9,8 @@ of the same server answers for the same observations.
 
 from __future__ import annotations
 
+import http.client
+import json
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -285,6 +287,28 @@ def test_refusals_have_the_protocol_shape_and_name_the_tensor(client, url):
     response = httpx.post(f"{url}/v2/models/mlp/infer", content=b"{not json")
     assert response.status_code == 400 and set(response.json()) == {"error"}
     assert isinstance(response.json()["error"], str)
+
+
+@pytest.mark.parametrize("length", ["\xb2", "1\xb9", "\xb3\xb3"])
+def test_a_header_length_of_non_ascii_digits_is_a_400_naming_the_header(url, length):
+    # '²' is str.isdigit() but not int(); it used to answer 500. The raw bytes go through
+    # uvicorn's own parser to the fast path, as a client would send them.
+    body = json.dumps({"inputs": [{"name": "obs", "shape": [1, 4], "datatype": "FP32",
+                                   "data": [0.1, 0.2, 0.3, 0.4]}]}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest("POST", "/v2/models/mlp/infer")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.putheader("Inference-Header-Content-Length", length.encode("latin-1"))
+        conn.endheaders(body)
+        response = conn.getresponse()
+        status, answer = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert status == 400 and set(answer) == {"error"}, answer
+    assert "Inference-Header-Content-Length" in answer["error"] and f"[1, {len(body)}]" in answer["error"]
 
 
 def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):

@@ -13,6 +13,7 @@ import logging
 import msgspec
 import pytest
 
+from rlserve.service.act.body import body_chunks, read_body
 from rlserve.service.errors import (
     MAX_ECHO,
     BadRequest,
@@ -127,3 +128,15 @@ def test_log_lines_say_a_long_string_by_its_length_tracebacks_included():
     assert len(text) < 20_000, len(text)
     assert f"session <{len(LONG)} characters> failed" in text and "KeyError" in text
     assert SPACED[:MAX_ECHO + 1] not in text.replace("\n", "")
+
+
+@pytest.mark.asyncio
+async def test_read_body_leaves_a_declared_length_of_non_ascii_digits_to_the_parser():
+    async def receive() -> dict[str, object]:
+        return {"body": b"abc", "more_body": False}
+
+    assert await read_body(receive, 10, declared="\xb2") == b"abc"
+    assert [c async for c in body_chunks(receive, 10, declared="1\xb9")] == [b"abc"]
+    with pytest.raises(PayloadTooLarge) as info:
+        await read_body(receive, 10, declared="11")
+    assert info.value.status == 413

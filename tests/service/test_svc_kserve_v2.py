@@ -145,6 +145,19 @@ async def test_binary_framing_errors_say_what_the_bytes_should_be(make_client):
     assert "both 'data' and binary_data_size" in refusal(await post(client, body, headers))
 
 
+@pytest.mark.parametrize("length", ["\xb2", "1\xb9", "\xb3\xb3", "\u0662", "\uff11"])
+async def test_a_header_length_of_non_ascii_digits_is_a_400_on_both_paths(make_client, length):
+    # str.isdigit() takes superscripts, Arabic-Indic and full-width digits; int() refuses
+    # the first and would take the others: only ASCII digits are a length.
+    body = json.dumps({"inputs": [json_obs(OBS)]}).encode()
+    for fast in (True, False):
+        _, client = make_client(("mlp",), fast_act_path=fast)
+        headers = {"content-type": "application/json",
+                   "inference-header-content-length": length.encode("utf-8")}
+        message = refusal(await post(client, body, headers))
+        assert "Inference-Header-Content-Length" in message and f"[1, {len(body)}]" in message
+
+
 # --------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize(("inputs", "extra", "words"), [

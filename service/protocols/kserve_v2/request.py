@@ -9,6 +9,7 @@ hints (``priority``, ``timeout``) are accepted and mean nothing here. Anything e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import msgspec
@@ -20,6 +21,7 @@ from rlserve.service.step.received import non_finite_token
 
 MAX_SEQUENCE_ID = 2 ** 64 - 1  # the sequence extension's uint64
 _EMPTY = memoryview(b"")
+_DIGITS = re.compile(r"[0-9]{1,20}")
 _BOOL_PARAMETERS = ("explore", "clip_actions", "unsquash_actions", "sequence_start", "sequence_end",
                     "binary_data_output")
 _IGNORED_PARAMETERS = ("priority", "timeout")
@@ -50,7 +52,8 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryvie
     if header_length is None:
         return body, _EMPTY
     text = header_length.strip()
-    if not text.isdigit() or not 0 < int(text) <= len(body):
+    # ASCII digits only: str.isdigit() also takes '²' or '¹', which int() then refuses.
+    if _DIGITS.fullmatch(text) is None or not 0 < int(text) <= len(body):
         raise BadRequest(f"Inference-Header-Content-Length must be the JSON header's size in bytes, at most the "
                          f"body's {len(body)}", field="Inference-Header-Content-Length",
                          expected=f"an integer in [1, {len(body)}]", received=header_length)
