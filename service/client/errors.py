@@ -7,9 +7,13 @@ for, of its HTTP status), with those fields as attributes. Catch ``RLServeError`
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
+
+# Retry-After in seconds, ASCII only: str.isdigit() takes '²', which float() refuses.
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 __all__ = [
     "AllActionsMaskedError",
@@ -165,5 +169,5 @@ def error_from_response(response: httpx.Response) -> RLServeError:
         field=body.get("field"),
         expected=body.get("expected"),
         received=body.get("received"),
-        retry_after=float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None,
+        retry_after=float(retry_after) if retry_after and _SECONDS.fullmatch(retry_after) else None,
     )
