@@ -16,10 +16,11 @@ router = APIRouter(tags=["experience"])
 
 
 class Reward(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "1.5" or true is not a reward (a JSON number is; 2 is taken as 2.0)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     event_id: str = Field(description="The event_id of the act answer whose step earned it")
-    reward: float
+    reward: float = Field(description="A finite JSON number")
     mode: Mode = Field("add", description="add: added to the step's reward; replace: replaces it")
 
 

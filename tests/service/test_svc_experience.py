@@ -126,6 +126,33 @@ async def test_delayed_rewards_join_logged_steps_by_event_id(tmp_path):
     assert reader.transitions(tmp_path / "log", "cartpole").column("rewards").to_pylist() == [10.5, 1.0, -3.0]
 
 
+@pytest.mark.parametrize(("body", "field", "expected"), [
+    # JSON's escape of a lone surrogate: Parquet cannot hold it, and the rewards file it
+    # went to failed whole, dropping every other client's rewards queued beside it.
+    (b'{"rewards":[{"event_id":"\\ud800","reward":1}]}', "rewards[0].event_id", "valid Unicode text"),
+    (b'{"rewards":[{"event_id":"x","reward":1},{"event_id":"a\\udfffb","reward":1}]}', "rewards[1].event_id",
+     "valid Unicode text"),
+    (b'{"rewards":[{"event_id":"x","reward":"1.5"}]}', "rewards[0].reward", "a number"),  # was taken as 1.5
+    (b'{"rewards":[{"event_id":"x","reward":true}]}', "rewards[0].reward", "a number"),  # was taken as 1.0
+    (b'{"rewards":[{"event_id":"x","reward":1e400}]}', "rewards[0].reward", "a finite number"),
+])
+async def test_a_bad_reward_is_refused_and_the_others_are_written(tmp_path, body, field, expected):
+    app, client = _app(tmp_path)
+    async with client:
+        answers = await _episode(client, "v", 2)
+        route = "/v1/models/cartpole/experience/rewards"
+        valid = await client.post(route, json={"rewards": [{"event_id": answers[1]["event_id"], "reward": 7,
+                                                            "mode": "replace"}]})
+        refused = await client.post(route, content=body, headers={"content-type": "application/json"})
+    app.state.experience.close()
+    assert valid.status_code == 202, valid.text  # an integer is a JSON number
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == field and error["expected"].startswith(expected), error
+    assert app.state.experience.writer.dropped == {}
+    assert reader.transitions(tmp_path / "log", "cartpole").column("rewards").to_pylist() == [0.5, 7.0]
+
+
 async def test_the_log_is_off_by_default_and_answers_carry_no_event_id(tmp_path):
     app = create_app(Settings())
     assert app.state.experience is None
