@@ -235,6 +235,11 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise BundleError(f"{MANIFEST_NAME}: not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise BundleError(f"{MANIFEST_NAME}: expected a JSON object, got {type(data).__name__}")
+    try:  # JSON's "\ud800" escape: not text; a name, version or id holding it cannot be logged (Parquet)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BundleError(f"{MANIFEST_NAME}: a string holds a lone surrogate escape "
+                          f"({exc.object[exc.start]!r}); expected valid Unicode text") from None
     return data
 
 

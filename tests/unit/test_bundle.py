@@ -175,6 +175,18 @@ def test_structurally_bad_manifests_are_refused(bundle_dir: Path, change, messag
         load_bundle(bundle_dir)
 
 
+@pytest.mark.parametrize("key", ["version", "name"])
+def test_a_manifest_string_with_a_lone_surrogate_is_refused(bundle_dir: Path, key: str) -> None:
+    # The version and name reach Parquet (the experience log), which cannot hold "\ud800";
+    # such a manifest with a consistent digest used to load.
+    data = json.loads((bundle_dir / MANIFEST_NAME).read_text())
+    data[key] = "v\ud800"
+    data["manifest_sha256"] = manifest_digest(data)
+    (bundle_dir / MANIFEST_NAME).write_text(json.dumps(data))  # ASCII: the escape, as a client sends it
+    with pytest.raises(BundleError, match=r"manifest.json: a string holds a lone surrogate escape"):
+        load_bundle(bundle_dir)
+
+
 def test_missing_listed_file_is_refused(bundle_dir: Path) -> None:
     (bundle_dir / "reference.npz").unlink()
     with pytest.raises(BundleError, match="'reference.npz' is missing"):
