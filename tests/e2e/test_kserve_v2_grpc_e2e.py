@@ -190,6 +190,22 @@ def test_typed_contents_are_read_like_raw_inputs(client, stub):
     assert "'obs'" in info.value.details() and "fp32_contents" in info.value.details()
 
 
+def test_uint64_contents_past_int64_are_read_like_their_raw_bytes(client, stub):
+    # uint64_contents with 2**64-1 was refused ("the nested lists' lengths differ"): numpy
+    # read the Python ints as float64. Raw bytes of the same values were always taken.
+    obs = np.array([[2 ** 64 - 1, 0, 0, 0], [2 ** 63 + 1, 1, 0, 0]], np.uint64)
+    raw = client.infer("mlp", [tensor("obs", obs)], outputs=wanted("action", "logp"), parameters={"explore": False})
+    request = service_pb2.ModelInferRequest(model_name="mlp")
+    request.parameters["explore"].bool_param = False
+    typed = request.inputs.add(name="obs", datatype="UINT64", shape=[2, 4])
+    typed.contents.uint64_contents.extend(obs.ravel().tolist())
+    request.outputs.add(name="action")
+    request.outputs.add(name="logp")
+    response = stub.ModelInfer(request)
+    assert np.frombuffer(response.raw_output_contents[0], "<i8").tolist() == raw.as_numpy("action").tolist()
+    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[1], "<f4"), raw.as_numpy("logp"))
+
+
 # --------------------------------------------------------------------------- Dict observation, masks
 
 def test_dict_observation_with_its_action_mask_equals_the_json_api(client, url):

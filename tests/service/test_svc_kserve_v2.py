@@ -170,6 +170,21 @@ async def test_a_header_length_of_non_ascii_digits_is_a_400_on_both_paths(make_c
     ([{"name": "obs", "shape": [2, 4], "datatype": "FP32", "data": [1.0] * 7}], {}, ["7 elements", "needs 8"]),
     ([{"name": "obs", "shape": [1, 4], "datatype": "INT8", "data": [1, 2, 3, 400]}], {}, ["400", "INT8"]),
     ([{"name": "obs", "shape": [1, 4], "datatype": "FP32", "data": ["a", "b", "c", "d"]}], {}, ["FP32", "numbers"]),
+    # Each used to say "the nested lists' lengths differ": numpy made them float64 or objects.
+    ([{"name": "obs", "shape": [1, 4], "datatype": "UINT64", "data": [2 ** 64, 0, 0, 0]}], {},
+     ["element 0 is 18446744073709551616, outside UINT64", "[0, 18446744073709551615]"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "INT64", "data": [[0, 2 ** 63, -1, 0]]}], {},
+     ["element [0, 1] is 9223372036854775808, outside INT64", "[-9223372036854775808, 9223372036854775807]"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "UINT64", "data": [2 ** 64 - 1, 0.5, 0, 0]}], {},
+     ["'data' of UINT64 must hold integers; element 1 is 0.5"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "FP32", "data": [True, False, True, False]}], {},
+     ["'data' of FP32 must hold finite numbers; element 0 is true"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "INT32", "data": [False] * 4}], {},
+     ["'data' of INT32 must hold integers; element 0 is false"]),
+    ([{"name": "obs", "shape": [1, 4], "datatype": "FP32", "data": [0, 0, 0, 10 ** 400]}], {},
+     ["element 3 is", "outside FP32", "1.79769e+308"]),
+    ([{"name": "obs", "shape": [2, 4], "datatype": "UINT64", "data": [[2 ** 64 - 1, 0, 0, 0], [0, 0, 0]]}], {},
+     ["UINT64", "the nested lists' lengths differ"]),
     ([{"name": "obs", "shape": [1, 4], "datatype": "BYTES", "data": ["a", "b", "c", "d"]}], {}, ["BYTES"]),
     ([{"name": "obs", "shape": [1, 4], "datatype": "FP8", "data": [0, 0, 0, 0]}], {}, ["unknown datatype 'FP8'"]),
     ([json_obs(OBS)], {"parameters": {"temperature": 2}}, ["unknown request parameter", "temperature", "explore"]),
@@ -196,6 +211,41 @@ async def test_refusals_name_what_was_expected_and_received(make_client, inputs,
     message = refusal(await post(client, *infer_body(inputs, **extra)))
     for word in words:
         assert word in message, message
+
+
+async def test_inline_integers_past_int64_answer_as_their_binary_form(make_client):
+    # UINT64 2**64-1 inline was refused ("the nested lists' lengths differ") while its
+    # binary form was read; an FP32 10**30 written as an integer answers as 1e30 does.
+    _, client = make_client(("mlp",))
+    params = {"explore": False}
+    for rows in ([[2 ** 64 - 1, 0, 0, 0], [2 ** 63 + 1, 1, 0, 0]], [[1, 0, 0, 0]]):
+        arr = np.array(rows, np.uint64)
+        inline = await post(client, *infer_body([json_obs(arr, datatype="UINT64")], parameters=params))
+        binary = await post(client, *infer_body([binary_obs(arr, datatype="UINT64")], arr.tobytes(),
+                                                parameters=params))
+        assert inline.status_code == 200, inline.text
+        assert inline.content == binary.content
+    fp32 = {"name": "obs", "shape": [1, 4], "datatype": "FP32"}
+    as_int = await post(client, *infer_body([{**fp32, "data": [0, 0, 0, 10 ** 30]}], parameters=params))
+    as_float = await post(client, *infer_body([{**fp32, "data": [0.0, 0.0, 0.0, 1e30]}], parameters=params))
+    assert as_int.status_code == 200, as_int.text
+    assert as_int.content == as_float.content
+
+
+async def test_uint64_inline_values_are_read_exactly():
+    from rlserve.service.protocols.kserve_v2.tensors import read_input
+    from rlserve.service.protocols.kserve_v2.wire import InferRequestInput
+    from rlserve.service.step.sizes import Expect
+
+    values = [[2 ** 64 - 1, 2 ** 63 + 1, 2 ** 64 - 2, 0]]  # float64 would round all three to 2**64 or 2**63
+    inp = InferRequestInput(name="obs", shape=[1, 4], datatype="UINT64", data=values)
+    arr, _ = read_input(inp, memoryview(b""), 0, Expect(8, ((4,),), -1))
+    assert arr.dtype == np.uint64 and arr.tolist() == values
+    binary = np.array(values, np.uint64)
+    raw, _ = read_input(InferRequestInput(name="obs", shape=[1, 4], datatype="UINT64",
+                                          parameters={"binary_data_size": 32}), memoryview(binary.tobytes()), 0,
+                        Expect(8, ((4,),), -1))
+    np.testing.assert_array_equal(arr, raw)
 
 
 async def test_a_sequence_steps_one_row(make_client):

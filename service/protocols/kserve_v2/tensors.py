@@ -21,7 +21,7 @@ from rlserve.service.protocols.kserve_v2.wire import (
     InferResponseOutput,
     Parameters,
 )
-from rlserve.service.step.received import describe, first_non_number
+from rlserve.service.step.received import describe
 from rlserve.service.step.sizes import Expect, Fields, check_shape
 
 # The protocol's datatypes as (little-endian) numpy dtypes. BYTES (length-prefixed
@@ -34,6 +34,7 @@ DATATYPES: dict[str, np.dtype] = {
 }
 _NAMES = {dtype: name for name, dtype in DATATYPES.items()}
 _INLINE_KIND = {"b": "b", "u": "iu", "i": "iu", "f": "iuf"}  # JSON numbers each datatype takes inline
+_FP64_MAX = float(np.finfo(np.float64).max)
 
 
 def datatype_of(dtype: np.dtype) -> str:
@@ -100,10 +101,9 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarr
     except (ValueError, TypeError):
         arr = None
     if arr is None or arr.dtype.kind not in _INLINE_KIND[dtype.kind]:
-        what = "booleans" if dtype.kind == "b" else "integers" if dtype.kind in "iu" else "finite numbers"
-        got = _first_misfit(data, dtype)
-        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; {got}",
-                         field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
+        # Not one array of the datatype's numbers: integers past int64 (numpy makes them
+        # float64, rounded, or objects), booleans for numbers, or a misfit to name.
+        arr = _exact(inp, data, dtype)
     check_shape(inp.shape, expect, Fields(f"{inp.name}.shape", f"{inp.name}.data", where),
                 elements=arr.size, error=BadRequest)
     if dtype.kind in "iu" and arr.size:
@@ -117,22 +117,35 @@ def _inline(inp: InferRequestInput, dtype: np.dtype, expect: Expect) -> np.ndarr
         return arr.astype(dtype, copy=False).reshape(inp.shape)
 
 
-def _first_misfit(data: list[Any], dtype: np.dtype) -> str:
-    """The first element of ``data`` a ``dtype`` tensor cannot hold, in JSON's words."""
-    misfit = first_non_number(data)
-    if misfit is None and dtype.kind in "iub":  # numbers, but fractions or not booleans
-        allowed = (bool,) if dtype.kind == "b" else (bool, int)
-        stack: list[tuple[list[int], Any]] = [([], data)]
-        while stack and misfit is None:
-            path, value = stack.pop()
-            if isinstance(value, list):
-                stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
-            elif not isinstance(value, allowed):
-                misfit = (path, value)
-    if misfit is None:
-        return "the nested lists' lengths differ"
-    path, value = misfit
-    return f"element {path[0] if len(path) == 1 else path} is {describe(value)}"
+def _exact(inp: InferRequestInput, data: list[Any], dtype: np.dtype) -> np.ndarray:
+    """``data`` as ``dtype`` with every element checked in order (exact for UINT64's
+    values past int64); a 400 naming the first element ``dtype`` cannot hold."""
+    where, kind = _describe(inp), dtype.kind
+    what = "booleans" if kind == "b" else "integers" if kind in "iu" else "finite numbers"
+    # Python numbers: a 400-digit integer compares with them exactly (numpy's would overflow).
+    low, high = (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)) if kind in "iu" else (-_FP64_MAX, _FP64_MAX)
+    stack: list[tuple[list[int], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, list):
+            stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
+            continue
+        element = f"element {path[0] if len(path) == 1 else path}"
+        if isinstance(value, bool) is not (kind == "b") or not isinstance(value, int | float) or (
+                kind in "iu" and isinstance(value, float)):  # booleans only for BOOL; no fractions for integers
+            got = f"{element} is {describe(value)}"
+            raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; {got}",
+                             field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}", received=got)
+        if kind != "b" and isinstance(value, int) and not low <= value <= high:
+            expected = f"integers in [{low}, {high}]" if kind in "iu" else f"numbers within +-{high:g}"
+            raise BadRequest(f"{where}: 'data' {element} is {value}, outside {inp.datatype}",
+                             field=f"{inp.name}.data", expected=expected, received=value)
+    try:  # every element fits: only the nesting can be wrong
+        return np.array(data, dtype=dtype if kind in "iub" else np.float64)
+    except ValueError:
+        raise BadRequest(f"{where}: 'data' of {inp.datatype} must hold {what}; the nested lists' lengths differ",
+                         field=f"{inp.name}.data", expected=f"{what} for {inp.datatype}",
+                         received="the nested lists' lengths differ") from None
 
 
 def wire_array(arr: np.ndarray, datatype: str) -> np.ndarray:
