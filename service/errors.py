@@ -234,6 +234,12 @@ class SessionConflict(ServiceError):
     status, code = 409, "session_conflict"
 
 
+class SessionBusy(SessionConflict):
+    """The 409 a retry may clear: the session changed elsewhere while the step ran, or has
+    a request in flight. Other conflicts (a step index or version that does not fit, an id
+    already live) stay until the client changes the request; gRPC tells them apart."""
+
+
 class VersionConflict(ServiceError):
     status, code = 409, "version_conflict"
 

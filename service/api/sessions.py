@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from rlserve.service.api.bodies import body_limit, read_body, read_model
 from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import CreateSession, SessionInfo
-from rlserve.service.errors import BadRequest, InvalidInput, SessionConflict, quoted
+from rlserve.service.errors import BadRequest, InvalidInput, SessionBusy, SessionConflict, quoted
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.sessions.import_check import check_contents
@@ -120,7 +120,7 @@ async def put_session(name: str, session_id: str, request: Request, version: str
                            expected=f"a session record of {quoted(name)} version {policy.version!r} (tensors "
                                     f"{policy.sessions.layout.description})", received=f"{len(data)} bytes") from None
     if entry.in_flight(session_id):
-        raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is answered",
+        raise SessionBusy(f"session {quoted(session_id)} has a request in flight; retry when it is answered",
                               field="session_id", received=session_id)
     entry.forget_elsewhere(session_id, policy)
     session = await policy.sessions.import_session(session_id, record)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlserve.service.errors import InvalidInput, ServiceError, SessionConflict
+from rlserve.service.errors import InvalidInput, ServiceError, SessionBusy
 from rlserve.service.multiagent.episode_plan import end_agent_session
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet
@@ -75,7 +75,7 @@ class EpisodeService:
                                expected=EXPORTED, received=f"{len(data)} bytes")
         old = served.episodes.live(episode_id)
         if old is not None and old.inflight:
-            raise SessionConflict(f"episode {episode_id!r} has a request in flight; retry when it is answered",
+            raise SessionBusy(f"episode {episode_id!r} has a request in flight; retry when it is answered",
                                   field="episode_id", received=episode_id)
         seats = {agent: Seat(seat.policy, agent_session_id(episode_id, agent)) for agent, seat in record.seats.items()}
         # Every agent's record is read before any is written: a refused import changes nothing.
@@ -83,7 +83,7 @@ class EpisodeService:
                    for agent, seat in seats.items()}
         for agent, seat in seats.items():  # an agent's session may be stepped as its member model's
             if decoded[agent][0].in_flight(seat.session_id):
-                raise SessionConflict(f"agent {agent!r} of episode {episode_id!r} has a request in flight; retry "
+                raise SessionBusy(f"agent {agent!r} of episode {episode_id!r} has a request in flight; retry "
                                       "when it is answered", field=f"body.records.{agent}", received=seat.session_id)
         for agent, seat in seats.items():
             entry, policy, session_record = decoded[agent]

@@ -47,6 +47,7 @@ import numpy as np
 
 from rlserve.service.errors import (
     ServiceError,
+    SessionBusy,
     SessionConflict,
     SessionExpired,
     StoreUnavailable,
@@ -289,7 +290,7 @@ class CachedSessionStore(SessionStore):
                 raise RecordError(f"it is now bound to version {record.version!r}")
         except RecordError as exc:
             self.forget(session)
-            return SessionConflict(f"session {session.id!r} was replaced elsewhere ({exc}); retry the request",
+            return SessionBusy(f"session {session.id!r} was replaced elsewhere ({exc}); retry the request",
                                    field="session_id", received=session.id)
         with self.slabs.lock:
             self.slabs.put_rows(np.array([session.slot]), [row[None] for row in record.rows])
@@ -412,10 +413,10 @@ class CachedSessionStore(SessionStore):
         return session
 
 
-def _conflict(group: list[Session]) -> SessionConflict:
+def _conflict(group: list[Session]) -> SessionBusy:
     ids = [s.id for s in group]
     named = quoted(ids[0]) if len(ids) == 1 else f"one of {quoted(ids)}"
-    return SessionConflict(
+    return SessionBusy(
         f"session {named} was changed elsewhere (another replica or worker stepped, ended or replaced it) "
         "while this step ran; this step was not applied and the copy held here was dropped: retry it",
         field="session_id", expected="the session as stored when the step began", received=ids[0])

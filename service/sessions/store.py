@@ -25,6 +25,7 @@ from rlserve.service.errors import (
     BadRequest,
     QueueFull,
     ServiceError,
+    SessionBusy,
     SessionConflict,
     SessionExpired,
     SessionNotFound,
@@ -290,7 +291,7 @@ class SessionStore:
         old = self._sessions.get(session_id)
         if old is not None:
             if old.inflight:
-                raise SessionConflict(f"session {quoted(session_id)} has a request in flight; retry when it is "
+                raise SessionBusy(f"session {quoted(session_id)} has a request in flight; retry when it is "
                                       "answered", field="session_id", received=session_id)
             self._drop(old, "", tombstone=False)
         self.expire_idle()

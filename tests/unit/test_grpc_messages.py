@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from tritonclient.grpc import service_pb2
 
-from rlserve.service.errors import BadRequest, ServiceError
+from rlserve.service.errors import BadRequest, ServiceError, SessionBusy, SessionConflict
 from rlserve.service.protocols.kserve_v2 import grpc_messages as pb
 from rlserve.service.protocols.kserve_v2.grpc_server import code_of, request_of, response_of
 from rlserve.service.step.sizes import Expect
@@ -136,9 +136,19 @@ def test_outputs_are_raw_little_endian_in_the_requested_order():
 
 
 @pytest.mark.parametrize("status, code", [(400, grpc.StatusCode.INVALID_ARGUMENT), (404, grpc.StatusCode.NOT_FOUND),
-                                          (409, grpc.StatusCode.ABORTED), (410, grpc.StatusCode.FAILED_PRECONDITION),
+                                          (409, grpc.StatusCode.FAILED_PRECONDITION),
+                                          (410, grpc.StatusCode.FAILED_PRECONDITION),
                                           (422, grpc.StatusCode.INVALID_ARGUMENT), (503, grpc.StatusCode.UNAVAILABLE),
                                           (500, grpc.StatusCode.INTERNAL)])
 def test_refusals_map_to_status_codes(status, code):
     error = type("Refusal", (ServiceError,), {"status": status, "code": "x"})("why")
     assert code_of(error) == code
+
+
+def test_only_a_conflict_a_retry_may_clear_is_aborted():
+    # ABORTED means "retry": a step index that does not fit answered it, and a client's
+    # retry loop then resent the same refused step for ever.
+    busy = SessionBusy("session 's' was changed elsewhere while this step ran; retry it")
+    assert busy.status == 409 and busy.code == "session_conflict"  # REST answers it as before
+    assert code_of(busy) == grpc.StatusCode.ABORTED
+    assert code_of(SessionConflict("this request says it is step 4")) == grpc.StatusCode.FAILED_PRECONDITION

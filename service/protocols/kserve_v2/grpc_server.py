@@ -14,8 +14,9 @@ Outputs always come back as ``raw_output_contents`` (what Triton's gRPC server s
 what ``tritonclient.grpc`` reads); inputs may be raw (all of them) or typed ``contents``.
 Refusals are gRPC status codes with the REST message, which names the tensor or parameter
 and what was expected and received: 400 INVALID_ARGUMENT, 404 NOT_FOUND, 409 ABORTED (a
-sequence changed elsewhere: retry), 410 FAILED_PRECONDITION (an ended sequence), 503
-UNAVAILABLE (with ``retry-after`` trailing metadata), 500 INTERNAL.
+sequence changed elsewhere: retry) or FAILED_PRECONDITION (a step index or version that
+does not fit), 410 FAILED_PRECONDITION (an ended sequence), 503 UNAVAILABLE (with
+``retry-after`` trailing metadata), 500 INTERNAL.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import grpc
 import msgspec
 import numpy as np
 
-from rlserve.service.errors import BadRequest, ErrorCounter, ServiceError, as_service_error
+from rlserve.service.errors import BadRequest, ErrorCounter, ServiceError, SessionBusy, as_service_error
 from rlserve.service.protocols.kserve_v2 import grpc_messages as pb
 from rlserve.service.protocols.kserve_v2 import metadata
 from rlserve.service.protocols.kserve_v2.errors import message_of
@@ -43,7 +44,7 @@ from rlserve.service.step.sizes import Expect
 log = logging.getLogger("rlserve.grpc")
 
 _CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED,
-          409: grpc.StatusCode.ABORTED, 410: grpc.StatusCode.FAILED_PRECONDITION,
+          410: grpc.StatusCode.FAILED_PRECONDITION,
           413: grpc.StatusCode.RESOURCE_EXHAUSTED, 422: grpc.StatusCode.INVALID_ARGUMENT,
           429: grpc.StatusCode.UNAVAILABLE, 500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.UNAVAILABLE}
 # Which field of InferTensorContents holds each datatype's typed values (FP16 has none).
@@ -55,6 +56,11 @@ _EMPTY = memoryview(b"")
 
 
 def code_of(error: ServiceError) -> grpc.StatusCode:
+    """gRPC's code for a refusal. ABORTED tells a client to retry, so only a 409 a retry may
+    clear gets it (``SessionBusy``); a step index or version that does not fit stays until
+    the request changes: FAILED_PRECONDITION, as for an ended sequence."""
+    if error.status == 409:
+        return grpc.StatusCode.ABORTED if isinstance(error, SessionBusy) else grpc.StatusCode.FAILED_PRECONDITION
     return _CODES.get(error.status, grpc.StatusCode.UNKNOWN)
 
 
