@@ -26,7 +26,8 @@ from rlserve.service.serving.checkpoints import bundle_from_checkpoint, cache_ro
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
-from rlserve.service.serving.runtime import choose_kind, open_runtime
+from rlserve.service.serving.runtime import DeviceUnavailable, choose_kind, open_runtime
+from rlserve.service.serving.runtime.errors import runtime_errors
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.sessions.redis_store import CachedSessionStore
@@ -35,6 +36,9 @@ from rlserve.service.settings import Settings
 from rlserve.service.step.batch import BatchStep
 from rlserve.service.step.prepare import Preparer
 from rlserve.service.step.windows import WindowLayout
+
+# What a bundle's files can make loading raise (besides the runtime libraries' own types).
+_REFUSED: tuple[type[Exception], ...] = (BundleError, ValueError, OSError, RuntimeError)
 
 
 def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = None, *,
@@ -52,17 +56,26 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
     shown = what if shown is None else shown
     try:
         kind = choose_kind(list(manifest.runtimes), settings.runtime)
-        runtime = open_runtime(
-            kind, bundle.runtime_path(kind), input_names=manifest.input_names,
-            output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
-            device=settings.device, tensorrt=settings.onnx_tensorrt, policy_path=bundle.policy_path(kind),
-            intra_op_spinning=settings.intra_op_spinning, device_cast=settings.onnx_device_cast,
-        )
+        runtime_file = bundle.runtime_path(kind)
+        try:
+            runtime = open_runtime(
+                kind, runtime_file, input_names=manifest.input_names,
+                output_names=manifest.output_names, intra_op_threads=settings.intra_op_threads,
+                device=settings.device, tensorrt=settings.onnx_tensorrt, policy_path=bundle.policy_path(kind),
+                intra_op_spinning=settings.intra_op_spinning, device_cast=settings.onnx_device_cast,
+            )
+        except DeviceUnavailable:
+            raise
+        except (*_REFUSED, *runtime_errors()) as exc:
+            if any(name in str(exc) for name in manifest.files):
+                raise  # ONNX Runtime names the file (model.onnx or model_policy.onnx)
+            # TorchScript's reader does not say which file it could not read.
+            raise BundleError(f"{runtime_file.name} cannot be loaded: {exc}") from exc
         if settings.verify_on_load:
             verify_reference(bundle, runtime.run)
             verify_reference(bundle, runtime.run_policy, outputs=manifest.signature.policy_output_names)
         pipeline = Pipeline.from_manifest(manifest)
-    except (BundleError, ValueError, OSError, RuntimeError) as exc:
+    except (*_REFUSED, *runtime_errors()) as exc:
         # A runtime names the files it could not read by their full path.
         detail = str(exc).replace(f"{bundle.root}{os.sep}", "").replace(str(bundle.root), shown)
         raise BundleInvalid(f"{what} cannot be served: {detail}", received=shown) from exc

@@ -1,0 +1,77 @@
+"""A repository holding hostile bundles next to a good one: `rlserve serve` starts, lists
+each hostile bundle under ``failed_to_load`` with why, and serves the good one; an upload
+of the same through the admin API is a 422 and the server keeps serving.
+
+Each hostile bundle is the embedded cartpole bundle with one thing wrong and its
+checksums written again. A ``model.onnx`` that is no ONNX (ONNX Runtime raises its own
+``InvalidProtobuf``) once made the start exit with status 1.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import httpx
+import pytest
+from server_process import REPO, running_server
+
+from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
+
+pytestmark = pytest.mark.e2e
+
+CARTPOLE = REPO / "service" / "default_models" / "cartpole"
+TOKEN = "hostile-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def hostile(out: Path, edit=None, files: dict[str, bytes] | None = None) -> Path:
+    shutil.copytree(CARTPOLE, out)
+    for name, content in (files or {}).items():
+        (out / name).write_bytes(content)
+    data = json.loads((out / MANIFEST_NAME).read_text())
+    data["version"] = "2"
+    if edit is not None:
+        edit(data)
+    write_manifest(out, data, list(data["files"]))
+    return out
+
+
+def archive(bundle_dir: Path) -> bytes:
+    buf = io.BytesIO()
+    names = [MANIFEST_NAME, *json.loads((bundle_dir / MANIFEST_NAME).read_text())["files"]]
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in names:
+            tar.add(bundle_dir / name, arcname=name)
+    return buf.getvalue()
+
+
+def test_hostile_bundles_in_the_repository_fail_alone(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copytree(CARTPOLE, repo / "cartpole")
+    hostile(repo / "garbage", files={"model.onnx": b"not an onnx file"})
+    env = {"RLSERVE_ADMIN_TOKEN": TOKEN, "RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
+    with running_server(["--repository", str(repo)], env=env) as url:
+        ready = httpx.get(f"{url}/readyz").json()
+        failed = ready["failed_to_load"]
+        assert sorted(failed) == ["garbage"], ready
+        assert "model.onnx" in failed["garbage"] and "INVALID_PROTOBUF" in failed["garbage"]
+        assert str(repo) not in json.dumps(failed)
+        r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
+        assert r.status_code == 200 and r.json()["version"] == "1", r.text
+
+        # The same bundles uploaded to the running server: refused, and it keeps serving.
+        for tag, field in (("garbage", "body"),):
+            r = httpx.post(f"{url}/v1/admin/models", content=archive(repo / tag), timeout=60,
+                           headers={**AUTH, "Content-Type": "application/octet-stream"})
+            error = r.json()["error"]
+            assert r.status_code == 422 and error["code"] == "bundle_invalid" and error["field"] == field, r.text
+        listed = httpx.get(f"{url}/v1/admin/models", headers=AUTH).json()["models"]
+        assert [(m["name"], m["version"]) for m in listed] == [("cartpole", "1")]
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
+        assert r.status_code == 200, r.text
