@@ -38,6 +38,7 @@ from rlserve.models.export.archive import (
 )
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.manifest import Manifest, RuntimeInfo
+from rlserve.models.export.names import check_name
 from rlserve.models.export.verify import MAX_RTOL, compare_outputs
 from rlserve.models.interface import ModelSignature
 
@@ -261,6 +262,8 @@ def _check_structure(data: dict[str, Any]) -> None:
             raise BundleError(f"{where}: missing required field {key!r}")
         if not isinstance(data[key], typ) or (typ is int and isinstance(data[key], bool)):
             raise BundleError(f"{where}: field {key!r} should be {_type_name(typ)}, got {type(data[key]).__name__}")
+    for key in ("name", "version"):  # how the model is addressed: see names.py
+        check_name(data[key], key, where)
     for name in data["files"]:
         check_plain_name(name, f"{where}: listed file")
     for key in ("normalize_actions", "clip_actions"):

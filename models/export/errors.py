@@ -11,12 +11,18 @@ from __future__ import annotations
 class BundleError(ValueError):
     """A bundle is malformed, tampered with, unsafe, or disagrees with its reference.
 
-    ``member`` names the archive member at fault, when there is one.
+    ``member`` names the archive member at fault, when there is one; ``field``, ``expected``
+    and ``received`` the manifest field at fault, what it must be and what it is, when the
+    error is about one field's value (a server reports them as they are).
     """
 
-    def __init__(self, message: str, *, member: str | None = None):
+    def __init__(self, message: str, *, member: str | None = None, field: str | None = None,
+                 expected: str | None = None, received: object = None):
         super().__init__(message)
         self.member = member
+        self.field = field
+        self.expected = expected
+        self.received = received
 
 
 class ArchiveLimitError(BundleError):

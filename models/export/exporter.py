@@ -33,6 +33,7 @@ from rlserve.models.export.bundle import (
     write_manifest,
 )
 from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
+from rlserve.models.export.names import check_name
 from rlserve.models.export.onnx import export_onnx, onnx_runner, prune_onnx
 from rlserve.models.export.reference import make_reference_inputs
 from rlserve.models.export.torchscript import export_torchscript, torchscript_runner
@@ -117,6 +118,8 @@ def export_bundle(
         signature, obs_space, action_space, model_config, filter_state, name, version, explore,
         action_dist, preprocessor,
     )
+    for key in ("name", "version"):  # refused now, not by the load_bundle after the export
+        check_name(manifest[key], key, "export")
     manifest["normalize_actions"] = bool(normalize_actions)
     manifest["clip_actions"] = bool(clip_actions)
     if source is not None:

@@ -149,7 +149,7 @@ async def _load_upload(request: Request) -> JSONResponse:
             policy = await asyncio.to_thread(registry.load_policy, Path(tmp), shown=UPLOAD, label=f"the {UPLOAD}")
         except BundleInvalid as exc:
             # The body is what to fix; ``received`` names the refused member when there is one.
-            exc.field = "body"
+            exc.field = exc.field or "body"  # or the manifest field refused (name, version)
             raise
         await _register(registry, policy)
         if state.settings.repository_poll_s > 0 and state.settings.repository is not None:

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from rlserve.models.export.bundle import Bundle, BundleError, load_bundle
-from rlserve.service.errors import BundleInvalid
+from rlserve.models.export.names import NAME_RULE, name_problem
+from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving import export_cache
 from rlserve.service.settings import Settings
 
@@ -61,6 +62,11 @@ def bundle_from_checkpoint(path: Path, name: str | None = None, policy_id: str |
     """The bundle of the checkpoint at ``path``: its kept export in ``cache`` (made now if
     there is none), or without a cache a temporary export that lives as long as the bundle."""
     model_name = _model_name(path, name)
+    problem = name_problem(model_name)
+    if problem is not None:  # refused before an export that could only make an unreachable model
+        raise BundleInvalid(f"cannot serve the RLlib checkpoint {quoted(path.name)}: its model's name would be "
+                            f"{problem}; name it with NAME=DIR, NAME {NAME_RULE}",
+                            field="name", expected=NAME_RULE, received=model_name)
     if cache is not None:
         kept = _from_cache(path, model_name, policy_id, cache)
         if kept is not None:

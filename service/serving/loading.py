@@ -148,14 +148,22 @@ def load_policy(path: Path, settings: Settings, metrics: Metrics | None = None, 
             received=exc.member or shown,
         ) from exc
     except (BundleError, OSError, ValueError) as exc:  # OSError: e.g. a name past NAME_MAX
-        member = exc.member if isinstance(exc, BundleError) else None
-        raise BundleInvalid(f"cannot load {label}: {_hide(_reason(exc), path, shown)}",
-                            received=member or shown) from exc
+        raise _refused(exc, label, path, shown) from exc
     try:
         return build_policy(bundle, settings, metrics, shown=shown, store=store)
     except BaseException:
         bundle.close()
         raise
+
+
+def _refused(exc: Exception, label: str, path: Path, shown: str) -> BundleInvalid:
+    """The 422 for a bundle that does not load: a refused archive member is its ``received``;
+    a manifest field whose value is refused (a name, a version) its ``field``."""
+    message = f"cannot load {label}: {_hide(_reason(exc), path, shown)}"
+    if isinstance(exc, BundleError) and exc.field is not None:
+        return BundleInvalid(message, field=exc.field, expected=exc.expected, received=exc.received)
+    member = exc.member if isinstance(exc, BundleError) else None
+    return BundleInvalid(message, received=member or shown)
 
 
 def _reason(exc: Exception) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.names import NAME_RULE, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping, MappingError
 from rlserve.models.multiagent.policy_set import PolicySet, is_policy_set, load_policy_set, member_name
 from rlserve.service.errors import BundleInvalid
@@ -80,9 +81,11 @@ def load_served_set(path: Path, settings: Settings, metrics: Metrics | None = No
     """Load the policy set at ``path`` (or export the multi-policy RLlib checkpoint there,
     with ``mapping``) and build every member. ``mapping`` replaces the set's own when given.
     Blocking; raises ``BundleInvalid`` naming what is wrong."""
+    if name is not None:
+        _check_set_name(path, name)  # before a checkpoint's export writes a directory of that name
     source = _read_set(path, name, mapping, settings.max_unpacked_bytes)
     try:
-        set_name = name or source.name
+        set_name = _check_set_name(path, name or source.name)
         rules = mapping or source.mapping
         members = {pid: member_name(set_name, pid) for pid in source.policy_ids}
         store_of_episodes = episodes or _episode_store(settings, set_name, store)
@@ -96,6 +99,15 @@ def load_served_set(path: Path, settings: Settings, metrics: Metrics | None = No
     except BaseException:
         source.close()
         raise
+
+
+def _check_set_name(path: Path, set_name: str) -> str:
+    """``set_name`` if a model name may start with it (its members are ``<set>.<policy_id>``)."""
+    problem = name_problem(set_name)
+    if problem is not None:
+        raise BundleInvalid(f"cannot serve the policy set {path.name!r}: its name is {problem}; a set's name "
+                            f"must be {NAME_RULE}", field="name", expected=NAME_RULE, received=set_name)
+    return set_name
 
 
 def _read_set(path: Path, name: str | None, mapping: AgentMapping | None, max_unpacked_bytes: int) -> PolicySet:

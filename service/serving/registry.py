@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlserve.models.export.names import NAME_RULE, SERVED_NAME, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
 from rlserve.service.experience.log import ExperienceLog
@@ -139,7 +140,13 @@ class ModelRegistry:
         return [p for e in self.entries.values() for p in e.versions.values()]
 
     def add(self, policy: Policy) -> None:
-        """Register ``policy`` as its model's current version (409 if already loaded)."""
+        """Register ``policy`` as its model's current version (409 if already loaded; 422
+        if its name or version could not be addressed: every way in checks them earlier)."""
+        for field_name, value in (("name", policy.name), ("version", policy.version)):
+            problem = name_problem(value, SERVED_NAME)
+            if problem is not None:
+                raise BundleInvalid(f"a model's {field_name} must be {NAME_RULE}; this one's is {problem}",
+                                    field=field_name, expected=NAME_RULE, received=value)
         entry = self.entries.get(policy.name)
         if entry is None:
             remote = None if self.store is None else self.store.for_model(policy.name)
@@ -190,9 +197,9 @@ class ModelRegistry:
         for shown, policy in sorted(loaded, key=lambda pair: (pair[1].bundle.manifest.created_at, pair[1].version)):
             try:
                 self.add(policy)
-            except VersionConflict as exc:
+            except (VersionConflict, BundleInvalid) as exc:
                 policy.bundle.close()  # its batcher never ran; an archive's unpacked files go
-                if self._is_loaded(policy):
+                if isinstance(exc, VersionConflict) and self._is_loaded(policy):
                     # The same bundle twice (`rlserve export --archive` writes DIR and DIR.rlsb
                     # side by side): served once, nothing failed.
                     log.info("%s is the same bundle as the loaded %s; served once", shown, policy.key)

@@ -63,6 +63,10 @@ async def load_new_bundles(registry: ModelRegistry, root: Path) -> list[str]:
             log.info("repository poll: %s is loaded already", policy.key)
             await policy.close()  # its batcher never served; an archive's unpacked files go
             continue
+        except BundleInvalid as exc:
+            registry.failures[shown] = exc.message
+            await policy.close()
+            continue
         loaded.append(policy.key)
         log.info("repository poll: loaded %s from %s", policy.key, path)
     return loaded

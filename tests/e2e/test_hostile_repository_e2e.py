@@ -54,18 +54,20 @@ def test_hostile_bundles_in_the_repository_fail_alone(tmp_path: Path) -> None:
     repo.mkdir()
     shutil.copytree(CARTPOLE, repo / "cartpole")
     hostile(repo / "garbage", files={"model.onnx": b"not an onnx file"})
+    hostile(repo / "slashed", edit=lambda m: m.update(name="a/b"))
     env = {"RLSERVE_ADMIN_TOKEN": TOKEN, "RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
     with running_server(["--repository", str(repo)], env=env) as url:
         ready = httpx.get(f"{url}/readyz").json()
         failed = ready["failed_to_load"]
-        assert sorted(failed) == ["garbage"], ready
+        assert sorted(failed) == ["garbage", "slashed"], ready
         assert "model.onnx" in failed["garbage"] and "INVALID_PROTOBUF" in failed["garbage"]
+        assert "'name'" in failed["slashed"] and "'a/b'" in failed["slashed"]
         assert str(repo) not in json.dumps(failed)
         r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
         assert r.status_code == 200 and r.json()["version"] == "1", r.text
 
         # The same bundles uploaded to the running server: refused, and it keeps serving.
-        for tag, field in (("garbage", "body"),):
+        for tag, field in (("garbage", "body"), ("slashed", "name")):
             r = httpx.post(f"{url}/v1/admin/models", content=archive(repo / tag), timeout=60,
                            headers={**AUTH, "Content-Type": "application/octet-stream"})
             error = r.json()["error"]

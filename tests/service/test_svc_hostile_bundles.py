@@ -10,15 +10,23 @@ under a name no route could reach again, or loaded and failed every request with
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
+import svc_bundles
 from conftest import error_of
 
 from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
+from rlserve.models.export.bundle import MANIFEST_NAME, BundleError, write_manifest
+from rlserve.models.export.names import NAME_RULE
+from rlserve.service.errors import BundleInvalid
+from rlserve.service.serving.policy_sets import load_served_set
+from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.settings import Settings
 
 pytestmark = pytest.mark.asyncio
 
@@ -41,6 +49,17 @@ def variant(repo: Path, tag: str, edit=None, files: dict[str, bytes] | None = No
         edit(data)
     write_manifest(out, data, list(data["files"]))
     return out
+
+
+def archive(bundle_dir: Path) -> bytes:
+    """``bundle_dir`` as an ``.rlsb`` (gzip'd tar, manifest first), written by hand:
+    ``pack_bundle`` would refuse to pack a bundle that does not load."""
+    buf = io.BytesIO()
+    names = [MANIFEST_NAME, *json.loads((bundle_dir / MANIFEST_NAME).read_text())["files"]]
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in names:
+            tar.add(bundle_dir / name, arcname=name)
+    return buf.getvalue()
 
 
 async def still_serving(client) -> None:
@@ -68,3 +87,85 @@ async def test_a_model_file_that_is_no_model_is_refused(make_client, tmp_path, r
                           headers=OCTET)
     assert r.status_code == 422 and error_of(r)["field"] == "body" and file in error_of(r)["message"], r.text
     await still_serving(client)
+
+
+BAD_NAMES = [("name", "a/b"), ("name", ""), ("name", "n" * 5000), ("name", "a\x00b"), ("name", "../../../x"),
+             ("name", ".hidden"), ("name", "a b"), ("name", "cartpole\n"), ("version", ""), ("version", "../.."),
+             ("version", "1/2")]
+
+
+@pytest.mark.parametrize("field, value", BAD_NAMES, ids=[f"{f}-{v!r:.20}" for f, v in BAD_NAMES])
+async def test_a_name_or_version_no_route_can_reach_is_refused(make_client, tmp_path, field, value):
+    app, client = make_client(("mlp",), admin_token=TOKEN)
+    hostile = variant(app.state.repository, "hostile", edit=lambda m: m.update({field: value}))
+    r = await client.post("/v1/admin/models", content=archive(hostile), headers=OCTET)
+    error = error_of(r)
+    assert r.status_code == 422 and error["code"] == "bundle_invalid", r.text
+    assert error["field"] == field and error["expected"] == NAME_RULE
+    if isinstance(value, str) and len(value) > 256:
+        assert error["received"] == f"a string of {len(value)} characters"
+    else:
+        assert error["received"] == value
+    r = await client.post("/v1/admin/models", json={"path": "hostile"}, headers=AUTH)
+    assert r.status_code == 422 and error_of(r)["field"] == field, r.text
+    await still_serving(client)
+
+
+@pytest.mark.parametrize("name, version", [("team.p0", "1.0"), ("_x-y", "2025-01-01"), ("m" * 128, "v" * 128)])
+async def test_names_within_the_rule_load_act_and_unload(make_client, tmp_path, name, version):
+    app, client = make_client(("mlp",), admin_token=TOKEN)
+    fine = variant(app.state.repository, "fine", edit=lambda m: m.update(name=name, version=version))
+    r = await client.post("/v1/admin/models", content=pack_bundle(fine, tmp_path / "f.rlsb").read_bytes(),
+                          headers=OCTET)
+    assert r.status_code == 201 and r.json()["name"] == name, r.text
+    r = await client.post(f"/v1/models/{name}/versions/{version}/act", json={"observation": OBS})
+    assert r.status_code == 200, r.text
+    r = await client.delete(f"/v1/admin/models/{name}/versions/{version}", headers=AUTH)
+    assert r.status_code == 200 and r.json()["versions"] == [version]
+    await still_serving(client)
+
+
+async def test_a_checkpoint_directory_name_no_route_can_reach_is_refused(make_client, tmp_path):
+    """A checkpoint is served under its directory's name: one no route can reach is refused
+    before anything is exported (nothing is written to the export cache)."""
+    app, client = make_client(("mlp",), admin_token=TOKEN, export_cache=tmp_path / "cache")
+    (app.state.repository / "a ckpt").mkdir()
+    (app.state.repository / "a ckpt" / "rllib_checkpoint.json").write_text("{}")
+    r = await client.post("/v1/admin/models", json={"path": "a ckpt"}, headers=AUTH)
+    error = error_of(r)
+    assert r.status_code == 422 and error["field"] == "name" and error["received"] == "a ckpt", r.text
+    assert error["expected"] == NAME_RULE and "NAME=DIR" in error["message"]
+    assert not (tmp_path / "cache").exists()
+    await still_serving(client)
+
+
+async def test_a_policy_set_name_no_route_can_reach_is_refused(tmp_path):
+    with pytest.raises(BundleInvalid) as info:
+        load_served_set(tmp_path, Settings(repository=tmp_path), name="..")
+    assert info.value.field == "name" and info.value.received == ".." and info.value.expected == NAME_RULE
+
+
+async def test_the_registry_refuses_a_name_it_could_not_route(make_client):
+    """The registry's own check, behind the manifest's: a policy renamed after its bundle
+    was loaded (as a policy set renames its members) cannot be registered unreachable."""
+    app, _ = make_client(("mlp",), admin_token=TOKEN)
+    registry: ModelRegistry = app.state.registry
+    policy = registry.load_policy(variant(app.state.repository, "renamed"))
+    policy.bundle.manifest.data["name"] = "set/p0"
+    with pytest.raises(BundleInvalid) as info:
+        registry.add(policy)
+    assert info.value.field == "name" and "set/p0" not in registry.entries
+    await policy.close()
+
+
+@pytest.mark.parametrize("field, value", [("name", "team/p0"), ("version", "../..")])
+async def test_the_exporter_refuses_such_a_name_before_it_writes(tmp_path, field, value):
+    from rlserve.models.export.exporter import export_bundle
+
+    spec = svc_bundles.SPECS["mlp"]
+    out = tmp_path / "out"
+    with pytest.raises(BundleError) as info:
+        export_bundle(svc_bundles.build_model("mlp"), obs_space=spec["obs"], action_space=spec["act"],
+                      model_config=spec["config"], out_dir=out, formats=["onnx"], **{field: value})
+    assert info.value.field == field and info.value.received == value
+    assert not out.exists() and list(tmp_path.iterdir()) == []
