@@ -23,6 +23,7 @@ from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving.batch_limits import batch_limits
 from rlserve.service.serving.batcher import Batcher
 from rlserve.service.serving.checkpoints import bundle_from_checkpoint, cache_root, is_checkpoint
+from rlserve.service.serving.consistency import check_consistency
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
@@ -71,6 +72,8 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
                 raise  # ONNX Runtime names the file (model.onnx or model_policy.onnx)
             # TorchScript's reader does not say which file it could not read.
             raise BundleError(f"{runtime_file.name} cannot be loaded: {exc}") from exc
+        check_consistency(manifest, getattr(runtime, "declared_shapes", {}), runtime_file.name,
+                          reference=bundle.reference() if settings.verify_on_load else None)
         if settings.verify_on_load:
             verify_reference(bundle, runtime.run)
             verify_reference(bundle, runtime.run_policy, outputs=manifest.signature.policy_output_names)

@@ -40,6 +40,11 @@ def hostile(out: Path, edit=None, files: dict[str, bytes] | None = None) -> Path
     return out
 
 
+def _obs5(m: dict) -> None:
+    m["observation_space"].update(shape=[5], low=[-1.0] * 5, high=[1.0] * 5)
+    m["signature"]["obs_shape"] = [5]
+
+
 def archive(bundle_dir: Path) -> bytes:
     buf = io.BytesIO()
     names = [MANIFEST_NAME, *json.loads((bundle_dir / MANIFEST_NAME).read_text())["files"]]
@@ -54,20 +59,22 @@ def test_hostile_bundles_in_the_repository_fail_alone(tmp_path: Path) -> None:
     repo.mkdir()
     shutil.copytree(CARTPOLE, repo / "cartpole")
     hostile(repo / "garbage", files={"model.onnx": b"not an onnx file"})
+    hostile(repo / "obs5", edit=_obs5)
     hostile(repo / "slashed", edit=lambda m: m.update(name="a/b"))
     env = {"RLSERVE_ADMIN_TOKEN": TOKEN, "RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
     with running_server(["--repository", str(repo)], env=env) as url:
         ready = httpx.get(f"{url}/readyz").json()
         failed = ready["failed_to_load"]
-        assert sorted(failed) == ["garbage", "slashed"], ready
+        assert sorted(failed) == ["garbage", "obs5", "slashed"], ready
         assert "model.onnx" in failed["garbage"] and "INVALID_PROTOBUF" in failed["garbage"]
+        assert "'obs'" in failed["obs5"] and "[5]" in failed["obs5"]
         assert "'name'" in failed["slashed"] and "'a/b'" in failed["slashed"]
         assert str(repo) not in json.dumps(failed)
         r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
         assert r.status_code == 200 and r.json()["version"] == "1", r.text
 
         # The same bundles uploaded to the running server: refused, and it keeps serving.
-        for tag, field in (("garbage", "body"), ("slashed", "name")):
+        for tag, field in (("garbage", "body"), ("obs5", "body"), ("slashed", "name")):
             r = httpx.post(f"{url}/v1/admin/models", content=archive(repo / tag), timeout=60,
                            headers={**AUTH, "Content-Type": "application/octet-stream"})
             error = r.json()["error"]

@@ -15,7 +15,9 @@ import json
 import shutil
 import tarfile
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import svc_bundles
 from conftest import error_of
@@ -62,6 +64,12 @@ def archive(bundle_dir: Path) -> bytes:
     return buf.getvalue()
 
 
+def npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
 async def still_serving(client) -> None:
     """Only ``mlp`` version 1 is loaded, and it answers."""
     listed = (await client.get("/v1/admin/models", headers=AUTH)).json()["models"]
@@ -87,6 +95,65 @@ async def test_a_model_file_that_is_no_model_is_refused(make_client, tmp_path, r
                           headers=OCTET)
     assert r.status_code == 422 and error_of(r)["field"] == "body" and file in error_of(r)["message"], r.text
     await still_serving(client)
+
+
+async def test_reference_rows_of_the_wrong_shape_are_refused(make_client):
+    app, client = make_client(("mlp",), admin_token=TOKEN)
+    repo = app.state.repository
+    with np.load(repo / "mlp" / "reference.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["inputs/obs"] = arrays["inputs/obs"][:, :2]
+    variant(repo, "short_rows", files={"reference.npz": npz(arrays)})
+    r = await client.post("/v1/admin/models", json={"path": "short_rows"}, headers=AUTH)
+    message = error_of(r)["message"]
+    assert r.status_code == 422 and "reference.npz" in message and "'obs'" in message and "[2]" in message, r.text
+    await still_serving(client)
+
+
+def _obs5(m: dict[str, Any]) -> None:
+    m["observation_space"].update(shape=[5], low=[-1.0] * 5, high=[1.0] * 5)
+    m["signature"]["obs_shape"] = [5]
+
+
+def _num_outputs(n: int):
+    def edit(m: dict[str, Any]) -> None:
+        m["num_outputs"] = m["signature"]["num_outputs"] = n
+    return edit
+
+
+BOX = {"type": "Box", "low": [-1.0], "high": [1.0], "shape": [1], "dtype": "float32"}
+MISMATCHES = {
+    # (edit, words the refusal must hold)
+    "obs_shape_5_for_a_graph_of_4": (_obs5, ["model.onnx", "'obs'", "[4]", "[5]"]),
+    "discrete_4_for_3_outputs": (lambda m: m["action_space"].update(n=4), ["Discrete(4)", "needs 4", "is 3"]),
+    "discrete_2_to_the_40": (lambda m: m["action_space"].update(n=2**40), ["needs 1099511627776"]),
+    "negative_num_outputs": (_num_outputs(-1), ["num_outputs is -1"]),
+    "box_action_on_a_categorical_model": (lambda m: m.update(action_space=BOX), ["TorchCategorical", "Box"]),
+    "dist_width_7": (lambda m: m["action_dist"].update(num_outputs=7), ["'dist_inputs'", "[3]", "[7]"]),
+}
+
+
+@pytest.mark.parametrize("tag", list(MISMATCHES))
+async def test_a_manifest_that_disagrees_with_its_model_is_refused_at_load(make_client, tag):
+    edit, words = MISMATCHES[tag]
+    app, client = make_client(("mlp",), admin_token=TOKEN)
+    variant(app.state.repository, tag, edit=edit)
+    r = await client.post("/v1/admin/models", json={"path": tag}, headers=AUTH)
+    error = error_of(r)
+    assert r.status_code == 422 and error["code"] == "bundle_invalid", r.text
+    assert all(word in error["message"] for word in words), (words, error["message"])
+    await still_serving(client)
+
+
+async def test_every_kind_of_served_bundle_still_loads(make_client):
+    """The consistency check refuses none of the real bundles: recurrent, attention with
+    previous actions and rewards, masked Dict observations, images; TorchScript too."""
+    names = ("mlp", "vf_tower", "lstm", "gtrxl", "masked", "image")
+    _, client = make_client(names, admin_token=TOKEN)
+    body = (await client.get("/v1/admin/models", headers=AUTH)).json()
+    assert body["failed_to_load"] == {} and sorted(m["name"] for m in body["models"]) == sorted(names)
+    _, client = make_client(("mlp",), admin_token=TOKEN, runtime="torchscript")
+    assert (await client.post("/v1/models/mlp/act", json={"observation": OBS})).status_code == 200
 
 
 BAD_NAMES = [("name", "a/b"), ("name", ""), ("name", "n" * 5000), ("name", "a\x00b"), ("name", "../../../x"),

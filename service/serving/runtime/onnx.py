@@ -92,6 +92,9 @@ class OnnxRuntime:
         self.device_setting = str(request)
         self.input_dtypes = {i.name: np.dtype(_ORT_TYPES.get(i.type, np.float32)) for i in self._session.get_inputs()}
         self.output_names = [o.name for o in self._session.get_outputs()]
+        # The graph's declared dims (a str or None where symbolic, the batch dim among them).
+        self.declared_shapes = {i.name: tuple(i.shape) for i in (*self._session.get_inputs(),
+                                                                 *self._session.get_outputs())}
         run_options = ort.RunOptions()
         self.staging: HostStaging | None = pinned_staging() if placement.cuda else None
         self.casts_inputs = self.staging is not None  # the staging copy or the device casts (``BoundRunner``)
