@@ -112,7 +112,7 @@ def _export(path: Path, out: Path, model_name: str, policy_id: str | None) -> No
         raise BundleInvalid(
             f"serving an RLlib checkpoint needs torch to export it ({exc.name} is not installed): "
             "install rlserve[torch], or export it elsewhere with `rlserve export CHECKPOINT --out BUNDLE` "
-            "and serve the bundle", field="checkpoint", expected="an installed torch", received=path.name,
+            "and serve the bundle", field="path", expected="an installed torch", received=path.name,
         ) from None
     from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.export.from_rlmodule import RLModuleExportError
@@ -135,6 +135,6 @@ def _load(path: Path, out: Path) -> Bundle:
 
 
 def _refused(path: Path, exc: Exception) -> BundleInvalid:
-    return BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="checkpoint",
+    return BundleInvalid(f"cannot serve the RLlib checkpoint {path.name!r}: {exc}", field="path",
                          expected="an RLlib checkpoint directory (old stack: rllib_checkpoint.json; new stack: "
                          "class_and_ctor_args.pkl)", received=path.name)

@@ -206,6 +206,19 @@ async def test_a_checkpoint_directory_name_no_route_can_reach_is_refused(make_cl
     await still_serving(client)
 
 
+async def test_a_broken_checkpoint_loaded_by_path_names_the_path(make_client, tmp_path):
+    """docs/api.md: a path load that fails is 422 ``bundle_invalid`` with field ``path``."""
+    app, client = make_client(("mlp",), admin_token=TOKEN, export_cache=tmp_path / "cache")
+    broken = app.state.repository / "ckpt"
+    broken.mkdir()
+    (broken / "rllib_checkpoint.json").write_text("{not json")
+    r = await client.post("/v1/admin/models", json={"path": "ckpt"}, headers=AUTH)
+    error = error_of(r)
+    assert r.status_code == 422 and error["code"] == "bundle_invalid" and error["field"] == "path", r.text
+    assert error["received"] == "ckpt" and "RLlib checkpoint" in error["message"]
+    await still_serving(client)
+
+
 async def test_a_policy_set_name_no_route_can_reach_is_refused(tmp_path):
     with pytest.raises(BundleInvalid) as info:
         load_served_set(tmp_path, Settings(repository=tmp_path), name="..")
