@@ -9,17 +9,14 @@ checksums written again. A ``model.onnx`` that is no ONNX (ONNX Runtime raises i
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 import httpx
 import pytest
+from bundle_edits import archive, edited_copy
 from server_process import REPO, running_server
-
-from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -29,29 +26,12 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def hostile(out: Path, edit=None, files: dict[str, bytes] | None = None) -> Path:
-    shutil.copytree(CARTPOLE, out)
-    for name, content in (files or {}).items():
-        (out / name).write_bytes(content)
-    data = json.loads((out / MANIFEST_NAME).read_text())
-    data["version"] = "2"
-    if edit is not None:
-        edit(data)
-    write_manifest(out, data, list(data["files"]))
-    return out
+    return edited_copy(CARTPOLE, out, edit, files)
 
 
 def _obs5(m: dict) -> None:
     m["observation_space"].update(shape=[5], low=[-1.0] * 5, high=[1.0] * 5)
     m["signature"]["obs_shape"] = [5]
-
-
-def archive(bundle_dir: Path) -> bytes:
-    buf = io.BytesIO()
-    names = [MANIFEST_NAME, *json.loads((bundle_dir / MANIFEST_NAME).read_text())["files"]]
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in names:
-            tar.add(bundle_dir / name, arcname=name)
-    return buf.getvalue()
 
 
 def test_hostile_bundles_in_the_repository_fail_alone(tmp_path: Path) -> None:

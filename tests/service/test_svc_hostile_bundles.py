@@ -11,19 +11,17 @@ under a name no route could reach again, or loaded and failed every request with
 from __future__ import annotations
 
 import io
-import json
-import shutil
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import svc_bundles
+from bundle_edits import archive, edited_copy
 from conftest import error_of
 
 from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import MANIFEST_NAME, BundleError, write_manifest
+from rlserve.models.export.bundle import BundleError
 from rlserve.models.export.names import NAME_RULE
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.policy_sets import load_served_set
@@ -41,27 +39,7 @@ OCTET = {**AUTH, "Content-Type": "application/octet-stream"}
 def variant(repo: Path, tag: str, edit=None, files: dict[str, bytes] | None = None) -> Path:
     """A copy of ``repo/mlp`` as ``repo/tag`` (version 2), with ``files`` replaced and the
     manifest edited by ``edit``, checksums and digest written again: only the change is wrong."""
-    out = repo / tag
-    shutil.copytree(repo / "mlp", out)
-    for name, content in (files or {}).items():
-        (out / name).write_bytes(content)
-    data = json.loads((out / MANIFEST_NAME).read_text())
-    data["version"] = "2"
-    if edit is not None:
-        edit(data)
-    write_manifest(out, data, list(data["files"]))
-    return out
-
-
-def archive(bundle_dir: Path) -> bytes:
-    """``bundle_dir`` as an ``.rlsb`` (gzip'd tar, manifest first), written by hand:
-    ``pack_bundle`` would refuse to pack a bundle that does not load."""
-    buf = io.BytesIO()
-    names = [MANIFEST_NAME, *json.loads((bundle_dir / MANIFEST_NAME).read_text())["files"]]
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in names:
-            tar.add(bundle_dir / name, arcname=name)
-    return buf.getvalue()
+    return edited_copy(repo / "mlp", repo / tag, edit, files)
 
 
 def npz(arrays: dict[str, np.ndarray]) -> bytes:
