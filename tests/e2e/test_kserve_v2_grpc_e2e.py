@@ -171,17 +171,8 @@ def test_typed_contents_are_read_like_raw_inputs(client, stub):
     """``InferTensorContents`` (the protocol's typed values; tritonclient always sends raw
     bytes) give the same answer, and a value in the wrong contents field is refused."""
     obs = np.random.default_rng(4).uniform(-1, 1, (3, 4)).astype(np.float32)
-    raw = client.infer("mlp", [tensor("obs", obs)], outputs=wanted("action", "logp"), parameters={"explore": False})
-    request = service_pb2.ModelInferRequest(model_name="mlp")
-    request.parameters["explore"].bool_param = False
-    typed = request.inputs.add(name="obs", datatype="FP32", shape=[3, 4])
-    typed.contents.fp32_contents.extend(obs.ravel().tolist())
-    request.outputs.add(name="action")
-    request.outputs.add(name="logp")
-    response = stub.ModelInfer(request)
-    assert [o.name for o in response.outputs] == ["action", "logp"]
-    assert np.frombuffer(response.raw_output_contents[0], "<i8").tolist() == raw.as_numpy("action").tolist()
-    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[1], "<f4"), raw.as_numpy("logp"))
+    request, typed = _typed_request("FP32", obs, "fp32_contents")
+    _answers_as_raw(client, stub, request, obs)
     typed.ClearField("contents")
     typed.contents.fp64_contents.extend(obs.ravel().tolist())
     with pytest.raises(grpc.RpcError) as info:
@@ -194,14 +185,26 @@ def test_uint64_contents_past_int64_are_read_like_their_raw_bytes(client, stub):
     # uint64_contents with 2**64-1 was refused ("the nested lists' lengths differ"): numpy
     # read the Python ints as float64. Raw bytes of the same values were always taken.
     obs = np.array([[2 ** 64 - 1, 0, 0, 0], [2 ** 63 + 1, 1, 0, 0]], np.uint64)
-    raw = client.infer("mlp", [tensor("obs", obs)], outputs=wanted("action", "logp"), parameters={"explore": False})
+    request, _ = _typed_request("UINT64", obs, "uint64_contents")
+    _answers_as_raw(client, stub, request, obs)
+
+
+def _typed_request(datatype: str, obs: np.ndarray, field: str):
+    """(a ModelInferRequest of ``mlp`` carrying ``obs`` in ``contents.<field>``, its input)."""
     request = service_pb2.ModelInferRequest(model_name="mlp")
     request.parameters["explore"].bool_param = False
-    typed = request.inputs.add(name="obs", datatype="UINT64", shape=[2, 4])
-    typed.contents.uint64_contents.extend(obs.ravel().tolist())
+    typed = request.inputs.add(name="obs", datatype=datatype, shape=list(obs.shape))
+    getattr(typed.contents, field).extend(obs.ravel().tolist())
     request.outputs.add(name="action")
     request.outputs.add(name="logp")
+    return request, typed
+
+
+def _answers_as_raw(client, stub, request, obs: np.ndarray) -> None:
+    """``request`` answers what tritonclient's raw bytes of ``obs`` answer."""
+    raw = client.infer("mlp", [tensor("obs", obs)], outputs=wanted("action", "logp"), parameters={"explore": False})
     response = stub.ModelInfer(request)
+    assert [o.name for o in response.outputs] == ["action", "logp"]
     assert np.frombuffer(response.raw_output_contents[0], "<i8").tolist() == raw.as_numpy("action").tolist()
     np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[1], "<f4"), raw.as_numpy("logp"))
 
