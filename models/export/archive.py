@@ -50,7 +50,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_plain_name(name: str, what: str = "file name") -> str:
-    if not isinstance(name, str) or not _PLAIN_NAME.match(name):
+    if not isinstance(name, str) or not _PLAIN_NAME.fullmatch(name):  # match's '$' also takes a final newline
         raise BundleError(
             f"{what} {_show(name)} is not a plain file name (letters, digits, '._-', "
             "no directories, no leading dot)"
@@ -331,7 +331,7 @@ def _listed_files(data: bytes) -> dict[str, _Listed]:
         size = entry.get("bytes") if isinstance(entry, dict) else None
         digest = entry.get("sha256") if isinstance(entry, dict) else None
         if (not isinstance(size, int) or isinstance(size, bool) or size < 0
-                or not isinstance(digest, str) or not _SHA256.match(digest)):
+                or not isinstance(digest, str) or not _SHA256.fullmatch(digest)):
             raise BundleError(f"{MANIFEST_NAME}: files[{name!r}] should be {{'sha256': 64 hex digits, "
                               f"'bytes': a size}}, got {_show(entry)}", member=MANIFEST_NAME)
         listed[name] = _Listed(size, digest)

@@ -52,7 +52,7 @@ _POLICY_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 def check_policy_id(policy_id: str) -> str:
-    if not isinstance(policy_id, str) or not _POLICY_ID.match(policy_id):
+    if not isinstance(policy_id, str) or not _POLICY_ID.fullmatch(policy_id):
         raise MappingError(f"policy id {policy_id!r} must be 1-64 characters of letters, digits, '_', '.', '-' "
                            "(not starting with '.' or '-')")
     return policy_id

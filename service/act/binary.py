@@ -108,7 +108,7 @@ def _check_headers(values: dict[bytes, str]) -> None:
     if dtype is not None and dtype not in DTYPES:
         raise InvalidInput(f"X-Rlserve-Dtype: unknown dtype {quoted(dtype)}", field="X-Rlserve-Dtype",
                            expected=f"one of {list(DTYPES)}", received=dtype)
-    if shape is not None and not _SHAPE.match(shape):
+    if shape is not None and not _SHAPE.fullmatch(shape):
         raise InvalidInput("X-Rlserve-Shape: expected B,d1,d2,... (1..32 non-negative integers)",
                            field="X-Rlserve-Shape", expected="B,d1,d2,...", received=shape)
     _explore(values.get(EXPLORE_HEADER))
@@ -133,7 +133,7 @@ _SHAPE = re.compile(r"^[0-9]{1,19}(,[0-9]{1,19}){0,31}$")
 
 def _shape(text: str) -> Any:
     """``B,d1,...`` as a list of ints; anything else as received (``check_shape`` refuses it)."""
-    return [int(part) for part in text.split(",")] if _SHAPE.match(text) else text
+    return [int(part) for part in text.split(",")] if _SHAPE.fullmatch(text) else text
 
 
 def _explore(text: str | None) -> bool | None:

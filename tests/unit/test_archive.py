@@ -201,6 +201,9 @@ def test_a_truncated_archive_leaves_nothing(tmp_path: Path) -> None:
         (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
         (json.dumps({"files": {"a.bin": {"sha256": "00"}}}).encode(), r"files\['a.bin'\] should be"),
         (json.dumps({"files": {"../a": {"sha256": "0" * 64, "bytes": 1}}}).encode(), "not a plain file name"),
+        # re.match's '$' matches before a final newline: a name or digest ending in one passed.
+        (json.dumps({"files": {"a.bin\n": {"sha256": "0" * 64, "bytes": 1}}}).encode(), "not a plain file name"),
+        (json.dumps({"files": {"a.bin": {"sha256": "0" * 64 + "\n", "bytes": 1}}}).encode(), r"files\['a.bin'\]"),
     ],
 )
 def test_a_manifest_the_reader_cannot_follow_is_refused(tmp_path: Path, manifest: bytes, message: str) -> None:

@@ -122,3 +122,14 @@ def test_a_checkpoint_without_policies_is_refused(tmp_path, capsys) -> None:
         checkpoint_policy_ids(tmp_path)
     rc, _, err = _export([str(module), "--out", str(tmp_path / "out"), "--default-policy", "p"], capsys)
     assert rc == 2 and "no RLModule here" in err
+
+
+@pytest.mark.parametrize("policy_id", ["p0\n", "", "../p", "a/b", ".p", "x" * 65])
+def test_a_policy_id_is_a_plain_name_to_its_last_character(policy_id) -> None:
+    """re.match's '$' matched before a final newline, so 'p0\\n' passed as a policy id."""
+    from rlserve.models.multiagent.mapping import MappingError
+    from rlserve.models.multiagent.policy_set import check_policy_id
+
+    assert check_policy_id("p0") == "p0" and check_policy_id("team.red-1") == "team.red-1"
+    with pytest.raises(MappingError, match="policy id"):
+        check_policy_id(policy_id)
