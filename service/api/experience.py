@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlserve.service.api.bodies import read_model
 from rlserve.service.api.openapi import errors
+from rlserve.service.api.schemas import Text
 from rlserve.service.experience.rewards import Mode, accept_rewards
 
 router = APIRouter(tags=["experience"])
@@ -19,7 +20,8 @@ class Reward(BaseModel):
     # strict: "1.5" or true is not a reward (a JSON number is; 2 is taken as 2.0)
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    event_id: str = Field(description="The event_id of the act answer whose step earned it")
+    # Text: JSON's "\ud800" is no text; the rewards file could not hold it, nor its neighbours.
+    event_id: Text = Field(description="The event_id of the act answer whose step earned it")
     reward: float = Field(description="A finite JSON number")
     mode: Mode = Field("add", description="add: added to the step's reward; replace: replaces it")
 

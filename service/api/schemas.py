@@ -47,7 +47,8 @@ def _whole(value: Any) -> Any:
 # Constraints inside the type (not on an optional field) so pydantic reports them as
 # string_too_short / string_too_long with their bounds.
 SessionId = Annotated[str, StringConstraints(min_length=1, max_length=128), AfterValidator(_unicode)]
-Version = Annotated[str, AfterValidator(_unicode)]
+Text = Annotated[str, AfterValidator(_unicode)]  # a string that can be written back as UTF-8
+Version = Text
 BundlePath = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_unicode), AfterValidator(_no_nul)]
 Seed = Annotated[int, Field(ge=0, le=2**64 - 1), BeforeValidator(_whole)]  # a session record keeps 64 bits
 

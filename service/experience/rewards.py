@@ -31,23 +31,11 @@ def reward_events(items: list[Any], now: float | None = None) -> list[RewardEven
         if not 0 < len(item.event_id) <= MAX_EVENT_ID:
             raise BadRequest(f"{field}.event_id: the event_id of an act answer", field=f"{field}.event_id",
                              expected=f"a string of 1..{MAX_EVENT_ID} characters", received=item.event_id)
-        if not _is_text(item.event_id):  # JSON's "\ud800": the rewards file could not hold it, nor its neighbours
-            raise BadRequest(f"{field}.event_id: the event_id of an act answer", field=f"{field}.event_id",
-                             expected="valid Unicode text (no lone surrogate escapes)", received=item.event_id)
         if not math.isfinite(item.reward):
             raise BadRequest(f"{field}.reward must be finite", field=f"{field}.reward", expected="a finite number",
                              received=str(item.reward))
         events.append(RewardEvent(item.event_id, float(item.reward), item.mode, when))
     return events
-
-
-def _is_text(value: str) -> bool:
-    """Whether ``value`` can be written as UTF-8 (Parquet's strings are)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def accept_rewards(experience: Any, model: str, items: list[Any]) -> int:
