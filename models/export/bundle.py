@@ -331,6 +331,7 @@ def verify_reference(
     atol: float | None = None,
     max_rtol: float | None = None,
     outputs: list[str] | None = None,
+    reference: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] | None = None,
 ) -> dict[str, float]:
     """Run the reference inputs through ``run`` and compare with the stored outputs.
 
@@ -339,14 +340,15 @@ def verify_reference(
     see ``rlserve.models.export.verify``) default to what the exporter verified with; a bundle
     written before ``max_rtol`` was recorded gets today's ``MAX_RTOL``, which only widens
     its old bound by that rounding term. ``outputs`` limits the check to those outputs (a
-    graph that computes only some). Returns the max absolute difference per output;
+    graph that computes only some). ``reference`` is ``bundle.reference()`` when the
+    caller read it already. Returns the max absolute difference per output;
     raises ``BundleError`` naming the first output that disagrees.
     """
     ref = bundle.manifest.reference
     rtol = float(ref.get("rtol", 1e-4)) if rtol is None else rtol
     atol = float(ref.get("atol", 1e-5)) if atol is None else atol
     max_rtol = float(ref.get("max_rtol", MAX_RTOL)) if max_rtol is None else max_rtol
-    inputs, expected = bundle.reference()
+    inputs, expected = bundle.reference() if reference is None else reference
     if outputs is not None:
         expected = {name: expected[name] for name in outputs}
     actual = run(dict(inputs))

@@ -72,11 +72,12 @@ def build_policy(bundle: Bundle, settings: Settings, metrics: Metrics | None = N
                 raise  # ONNX Runtime names the file (model.onnx or model_policy.onnx)
             # TorchScript's reader does not say which file it could not read.
             raise BundleError(f"{runtime_file.name} cannot be loaded: {exc}") from exc
-        check_consistency(manifest, getattr(runtime, "declared_shapes", {}), runtime_file.name,
-                          reference=bundle.reference() if settings.verify_on_load else None)
-        if settings.verify_on_load:
-            verify_reference(bundle, runtime.run)
-            verify_reference(bundle, runtime.run_policy, outputs=manifest.signature.policy_output_names)
+        reference = bundle.reference() if settings.verify_on_load else None  # read once, used three times
+        check_consistency(manifest, getattr(runtime, "declared_shapes", {}), runtime_file.name, reference=reference)
+        if reference is not None:
+            verify_reference(bundle, runtime.run, reference=reference)
+            verify_reference(bundle, runtime.run_policy, outputs=manifest.signature.policy_output_names,
+                             reference=reference)
         pipeline = Pipeline.from_manifest(manifest)
     except (*_REFUSED, *runtime_errors()) as exc:
         # A runtime names the files it could not read by their full path.
