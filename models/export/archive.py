@@ -44,13 +44,14 @@ HEADER_BYTES = 1 << 20
 _CHUNK = 1 << 20
 _OTHER_FORMATS = ((b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
                   (b"\x04\x22\x4d\x18", "lz4"), (b"\x1f\x9d", "compress (.Z)"), (b"PK\x03\x04", "zip"))
-# A plain file name: no separators, no leading dot (so neither '.' nor '..').
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+# A plain file name: no separators, no leading dot (so neither '.' nor '..'); also the rule
+# of a model's name and version (``names.py``), stored as ``<name>/<version>.rlsb``.
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def check_plain_name(name: str, what: str = "file name") -> str:
-    if not isinstance(name, str) or not _PLAIN_NAME.fullmatch(name):  # match's '$' also takes a final newline
+    if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name):  # match's '$' also takes a final newline
         raise BundleError(
             f"{what} {_show(name)} is not a plain file name (letters, digits, '._-', "
             "no directories, no leading dot)"

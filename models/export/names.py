@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 
+from rlserve.models.export.archive import PLAIN_NAME
 from rlserve.models.export.errors import BundleError
 
 NAME_RULE = "1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
-# Same pattern as a bundle's plain file name (``archive._PLAIN_NAME``).
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_NAME = PLAIN_NAME  # a bundle's plain file name
 # What the server can register at all: the same characters, as long as a route may quote.
 SERVED_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,255}$")
 

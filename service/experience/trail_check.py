@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces as gs
 
 from rlserve.service.experience import trail as trails
+from rlserve.service.experience.records import value_bytes
 
 MAX_T = 1 << 62
 
@@ -42,8 +42,7 @@ def trail_problem(data: Any, obs_space: Any, action_space: Any) -> str | None:
 def _packed_problem(value: Any, space: Any) -> str | None:
     """How ``value`` differs from what ``records.packer(space)`` keeps, or None."""
     if isinstance(space, gs.Box | gs.MultiDiscrete | gs.MultiBinary):
-        dtype = np.dtype(space.dtype) if isinstance(space, gs.Box) else np.dtype(np.int64)
-        size = int(np.prod(space.shape, dtype=np.int64)) * dtype.itemsize
+        size = value_bytes(space)  # the packer's raw bytes: the Box's dtype, int64 for the others
         if not isinstance(value, bytes) or len(value) != size:
             got = f"{len(value)} bytes" if isinstance(value, bytes) else type(value).__name__
             return f"is {got}, not the {size} bytes of a {space} value"
