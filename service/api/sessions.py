@@ -121,7 +121,7 @@ async def put_session(name: str, session_id: str, request: Request, version: str
                                     f"{policy.sessions.layout.description})", received=f"{len(data)} bytes") from None
     if entry.in_flight(session_id):
         raise SessionBusy(f"session {quoted(session_id)} has a request in flight; retry when it is answered",
-                              field="session_id", received=session_id)
+                          field="session_id", received=session_id)
     entry.forget_elsewhere(session_id, policy)
     session = await policy.sessions.import_session(session_id, record)
     return _info(policy, session)

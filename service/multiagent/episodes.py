@@ -76,7 +76,7 @@ class EpisodeService:
         old = served.episodes.live(episode_id)
         if old is not None and old.inflight:
             raise SessionBusy(f"episode {episode_id!r} has a request in flight; retry when it is answered",
-                                  field="episode_id", received=episode_id)
+                              field="episode_id", received=episode_id)
         seats = {agent: Seat(seat.policy, agent_session_id(episode_id, agent)) for agent, seat in record.seats.items()}
         # Every agent's record is read before any is written: a refused import changes nothing.
         decoded = {agent: self._agent_record(served, agent, seat, record.records[agent])
@@ -84,7 +84,7 @@ class EpisodeService:
         for agent, seat in seats.items():  # an agent's session may be stepped as its member model's
             if decoded[agent][0].in_flight(seat.session_id):
                 raise SessionBusy(f"agent {agent!r} of episode {episode_id!r} has a request in flight; retry "
-                                      "when it is answered", field=f"body.records.{agent}", received=seat.session_id)
+                                  "when it is answered", field=f"body.records.{agent}", received=seat.session_id)
         for agent, seat in seats.items():
             entry, policy, session_record = decoded[agent]
             entry.forget_elsewhere(seat.session_id, policy)

@@ -291,7 +291,7 @@ class CachedSessionStore(SessionStore):
         except RecordError as exc:
             self.forget(session)
             return SessionBusy(f"session {session.id!r} was replaced elsewhere ({exc}); retry the request",
-                                   field="session_id", received=session.id)
+                               field="session_id", received=session.id)
         with self.slabs.lock:
             self.slabs.put_rows(np.array([session.slot]), [row[None] for row in record.rows])
         session.revision, session.persisted = record.revision, True

@@ -292,7 +292,7 @@ class SessionStore:
         if old is not None:
             if old.inflight:
                 raise SessionBusy(f"session {quoted(session_id)} has a request in flight; retry when it is "
-                                      "answered", field="session_id", received=session_id)
+                                  "answered", field="session_id", received=session_id)
             self._drop(old, "", tombstone=False)
         self.expire_idle()
         if len(self._sessions) >= self.max_sessions:
