@@ -10,6 +10,7 @@ stopped. Strings are repeated only when short (a long one is said by its length)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _SHORT = 40  # characters of a client's string a message repeats
@@ -31,17 +32,21 @@ def describe(value: Any) -> str:
     return f"{value!r}"
 
 
-def first_non_number(data: Any) -> tuple[list[int], Any] | None:
-    """(index path, value) of the first leaf of nested lists that is not a JSON number
-    (booleans count as numbers, as numpy takes them), or None when every leaf is one."""
+def leaves(data: Any) -> Iterator[tuple[list[int], Any]]:
+    """(index path, value) of each leaf of nested lists (or tuples), in order."""
     stack: list[tuple[list[int], Any]] = [([], data)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, list | tuple):
             stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
-        elif not isinstance(value, bool | int | float):
-            return path, value
-    return None
+        else:
+            yield path, value
+
+
+def first_non_number(data: Any) -> tuple[list[int], Any] | None:
+    """(index path, value) of the first leaf of nested lists that is not a JSON number
+    (booleans count as numbers, as numpy takes them), or None when every leaf is one."""
+    return next(((path, value) for path, value in leaves(data) if not isinstance(value, bool | int | float)), None)
 
 
 def not_numbers(data: Any, shape: list[int] | None = None) -> str:

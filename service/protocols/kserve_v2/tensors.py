@@ -21,7 +21,7 @@ from rlserve.service.protocols.kserve_v2.wire import (
     InferResponseOutput,
     Parameters,
 )
-from rlserve.service.step.received import describe
+from rlserve.service.step.received import describe, leaves
 from rlserve.service.step.sizes import Expect, Fields, check_shape
 
 # The protocol's datatypes as (little-endian) numpy dtypes. BYTES (length-prefixed
@@ -124,12 +124,7 @@ def _exact(inp: InferRequestInput, data: list[Any], dtype: np.dtype) -> np.ndarr
     what = "booleans" if kind == "b" else "integers" if kind in "iu" else "finite numbers"
     # Python numbers: a 400-digit integer compares with them exactly (numpy's would overflow).
     low, high = (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)) if kind in "iu" else (-_FP64_MAX, _FP64_MAX)
-    stack: list[tuple[list[int], Any]] = [([], data)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, list):
-            stack.extend((path + [i], item) for i, item in reversed(list(enumerate(value))))
-            continue
+    for path, value in leaves(data):
         element = f"element {path[0] if len(path) == 1 else path}"
         if isinstance(value, bool) is not (kind == "b") or not isinstance(value, int | float) or (
                 kind in "iu" and isinstance(value, float)):  # booleans only for BOOL; no fractions for integers
