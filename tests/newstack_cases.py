@@ -6,6 +6,10 @@ Format: ``shared/oracle/newstack/README.md`` (one folder per case: ``checkpoint/
 Cases come from ``RLSERVE_NEWSTACK_DIR`` (default ``../shared/oracle/newstack`` relative to
 the repository root), so other folders of the same format can be run, and from this
 repository's ``tests/fixtures/newstack`` (written by ``scripts/record_newstack_cases.py``).
+Custom-module cases (the same format, module classes of RLlib's examples: exported by
+tracing) are a family of their own: ``RLSERVE_CUSTOM_MODULES_DIR`` (default
+``../shared/oracle/custom-modules``) and ``tests/fixtures/custom-modules``; the functions
+below take ``family="custom"`` for them.
 Tests select cases by what they hold (multi-agent, recurrent, connectors), never by name.
 """
 
@@ -31,11 +35,28 @@ def assert_close(actual: Any, expected: Any, what: str) -> None:
                                rtol=RTOL, atol=ATOL, err_msg=what)
 
 
-def newstack_dir() -> Path:
-    env = os.environ.get("RLSERVE_NEWSTACK_DIR")
+OWN_CUSTOM_CASES = REPO_ROOT / "tests" / "fixtures" / "custom-modules"
+
+
+def _shared(variable: str, folder: str) -> Path:
+    env = os.environ.get(variable)
     if env:
         return Path(env).expanduser().resolve()
-    return (REPO_ROOT / ".." / "shared" / "oracle" / "newstack").resolve()
+    return (REPO_ROOT / ".." / "shared" / "oracle" / folder).resolve()
+
+
+def newstack_dir() -> Path:
+    return _shared("RLSERVE_NEWSTACK_DIR", "newstack")
+
+
+def custom_modules_dir() -> Path:
+    return _shared("RLSERVE_CUSTOM_MODULES_DIR", "custom-modules")
+
+
+# label -> the folder it names; a family's labels
+_ROOTS = {"shared": newstack_dir, "own": lambda: OWN_CASES, "custom": custom_modules_dir,
+          "own-custom": lambda: OWN_CUSTOM_CASES}
+_FAMILIES = {"newstack": ("shared", "own"), "custom": ("custom", "own-custom")}
 
 
 def _cases_in(root: Path) -> list[Path]:
@@ -44,14 +65,14 @@ def _cases_in(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "reference.json").is_file() and (p / "checkpoint").is_dir())
 
 
-def case_ids() -> list[str]:
-    """``<folder label>/<case folder>`` for every case in both folders."""
-    return [f"shared/{p.name}" for p in _cases_in(newstack_dir())] + [f"own/{p.name}" for p in _cases_in(OWN_CASES)]
+def case_ids(family: str = "newstack") -> list[str]:
+    """``<folder label>/<case folder>`` for every case in the family's two folders."""
+    return [f"{label}/{p.name}" for label in _FAMILIES[family] for p in _cases_in(_ROOTS[label]())]
 
 
 def case_path(case_id: str) -> Path:
     label, _, name = case_id.partition("/")
-    return (newstack_dir() if label == "shared" else OWN_CASES) / name
+    return _ROOTS[label]() / name
 
 
 @dataclass
@@ -138,15 +159,15 @@ def load_case(case_id: str) -> NewStackCase:
     return NewStackCase(case_id, path, reference, _npz(path / "reference.npz"), _npz(path / "episode_states.npz"))
 
 
-def single_agent_ids() -> list[str]:
-    return [i for i in case_ids() if not load_case(i).multi_agent]
+def single_agent_ids(family: str = "newstack") -> list[str]:
+    return [i for i in case_ids(family) if not load_case(i).multi_agent]
 
 
-def episode_ids() -> list[str]:
+def episode_ids(family: str = "newstack") -> list[str]:
     """Single-agent cases with a recorded episode (recurrent modules, frame stacks)."""
-    return [i for i in case_ids() if "episode" in load_case(i).reference and not load_case(i).multi_agent]
+    return [i for i in case_ids(family) if "episode" in load_case(i).reference and not load_case(i).multi_agent]
 
 
-def module_pairs() -> list[tuple[str, str]]:
+def module_pairs(family: str = "newstack") -> list[tuple[str, str]]:
     """(case id, module id) for every module of every case, multi-agent ones included."""
-    return [(i, m) for i in case_ids() for m in load_case(i).module_ids]
+    return [(i, m) for i in case_ids(family) for m in load_case(i).module_ids]

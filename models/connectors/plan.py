@@ -49,6 +49,7 @@ class ConnectorLayout:
     graph: list[dict[str, Any]] = field(default_factory=list)
     obs_shape: tuple[int, ...] = ()  # the model's obs input (after the server stages)
     module_obs_shape: tuple[int, ...] = ()
+    module_obs_space: dict[str, Any] | None = None  # a structured module's Dict/Tuple (space JSON)
 
     @property
     def prev(self) -> dict[str, int]:
@@ -64,6 +65,7 @@ class ConnectorLayout:
     def to_json(self) -> dict[str, Any]:
         return {"user_connectors": list(self.user_connectors), "server": self.server, "graph": self.graph,
                 "obs_shape": list(self.obs_shape), "module_obs_shape": list(self.module_obs_shape),
+                **({"module_obs_space": self.module_obs_space} if self.module_obs_space is not None else {}),
                 # previous actions are kept per session as RLlib's one-hot rows (zeros: none yet)
                 "prev_action_encoding": "one_hot" if self.prev["n_prev_actions"] else None}
 
@@ -107,8 +109,13 @@ def _flat_box(space: gs.Space) -> bool:
 
 
 def plan_connectors(steps: Sequence[tuple[str, dict[str, Any]]], env_obs_space: gs.Space,
-                    env_action_space: gs.Space, module_obs_space: gs.Space) -> ConnectorLayout:
-    """Split RLlib's user connectors (``(name, params)`` in order) into server and graph stages."""
+                    env_action_space: gs.Space, module_obs_space: gs.Space, *,
+                    structured_module: bool = False) -> ConnectorLayout:
+    """Split RLlib's user connectors (``(name, params)`` in order) into server and graph stages.
+
+    ``structured_module``: the module reads a Dict/Tuple observation itself (a traced custom
+    module): the server flattens it into the model's row (``FlattenObservations``' order) and
+    the graph rebuilds the structure the module sees (``layout.module_obs_space``)."""
     layout = ConnectorLayout(user_connectors=[name for name, _ in steps])
     space = env_obs_space
     index = 0
@@ -125,6 +132,13 @@ def plan_connectors(steps: Sequence[tuple[str, dict[str, Any]]], env_obs_space: 
         space = _prev_actions_stages(layout, rest, space, env_action_space)
     elif rest:
         space = _frame_stacking_stage(layout, rest, space)
+    if structured_module and not isinstance(space, gs.Box) and not layout.graph:
+        if space != module_obs_space:
+            raise _refuse(f"the connectors produce {space}, but the module was built for {module_obs_space}")
+        layout.module_obs_space = space_to_json(space)
+        stage, space = _server_stage("FlattenObservations", {}, space)
+        layout.server.append(stage)
+        module_obs_space = space
     if not isinstance(space, gs.Box):
         raise _refuse(f"the pipeline ends in a {type(space).__name__} observation; RLlib's default modules read "
                       "a Box (add FlattenObservations)")

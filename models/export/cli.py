@@ -65,6 +65,10 @@ def _export_parser() -> argparse.ArgumentParser:
     src.add_argument("--clip-actions", action=argparse.BooleanOptionalAction, default=None,
                      help="serve Box actions clipped to the bounds by default (default: the checkpoint's "
                      "clip_actions, else off)")
+    src.add_argument("--trust-code", action="store_true",
+                     help="a module class that is not one of RLlib's defaults (a custom RLModule) is restored with "
+                     "RLlib's own loader and traced: this IMPORTS AND RUNS the checkpoint's code, so only use it on "
+                     "checkpoints you trust, in an environment where ray and the module's package import")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
     out.add_argument("--archive", action="store_true", help="also write DIR.rlsb, a single-file archive")

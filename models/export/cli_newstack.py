@@ -28,7 +28,9 @@ def export_new_stack(args: argparse.Namespace, progress: Callable[[str], None],
     from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.export.from_rlmodule import RLModuleExportError, export_rlmodule
     from rlserve.models.newstack import read_module_checkpoint
+    from rlserve.models.newstack.modules import CUSTOM_KIND
     from rlserve.models.rlmodules.catalog import RLModuleWeightError
+    from rlserve.models.traced import TraceError
 
     given = [f"--{name.replace('_', '-')}" for name in _OLD_STACK_FLAGS if getattr(args, name) is not None]
     if given:
@@ -36,19 +38,22 @@ def export_new_stack(args: argparse.Namespace, progress: Callable[[str], None],
                           "model config, connectors and weights are all read from CHECKPOINT)")
     progress(f"reading the new-API-stack checkpoint {args.checkpoint}")
     try:
-        module = read_module_checkpoint(args.checkpoint, args.policy_id)
+        module = read_module_checkpoint(args.checkpoint, args.policy_id, trust_code=args.trust_code)
     except CheckpointError as exc:
         raise input_error(f"CHECKPOINT: {exc}") from exc
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
+    export = export_rlmodule
+    if module.kind == CUSTOM_KIND:
+        from rlserve.models.traced.export import export_traced_module as export  # needs ray: imported on demand
     try:
-        return export_rlmodule(
+        return export(
             module, args.out, formats=formats, name=args.name or args.out.name, version=args.version,
             progress=progress, explore=False if args.deterministic else None,
             normalize_actions=args.normalize_actions, clip_actions=args.clip_actions,
         )
     except BundleError:
         raise  # a runtime disagrees with eager torch: an export failure, exit 1
-    except (RLModuleExportError, RLModuleWeightError, CheckpointError) as exc:
+    except (RLModuleExportError, RLModuleWeightError, CheckpointError, TraceError) as exc:
         raise input_error(str(exc)) from exc
     except ValueError as exc:  # e.g. formats, or an --out that is not empty
         raise input_error(str(exc)) from exc

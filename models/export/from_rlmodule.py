@@ -26,7 +26,7 @@ from rlserve.models.export.bundle import Bundle
 from rlserve.models.newstack import ModuleCheckpoint
 from rlserve.models.newstack.dists import module_action_dist
 
-__all__ = ["RLModuleExportError", "export_rlmodule"]
+__all__ = ["RLModuleExportError", "connector_preprocessor", "env_spaces", "export_rlmodule", "input_maker"]
 
 Progress = Callable[[str], None]
 
@@ -35,21 +35,21 @@ class RLModuleExportError(ValueError):
     """The module or its connectors cannot be served as a bundle (the message says why)."""
 
 
-def _env_spaces(ckpt: ModuleCheckpoint) -> tuple[gs.Space, gs.Space]:
+def env_spaces(ckpt: ModuleCheckpoint) -> tuple[gs.Space, gs.Space]:
     plan = ckpt.connectors
     obs = plan.env_observation_space if plan.env_observation_space is not None else ckpt.observation_space
     act = plan.env_action_space if plan.env_action_space is not None else ckpt.action_space
     return obs, act
 
 
-def _preprocessor(layout: Any) -> dict[str, Any]:
+def connector_preprocessor(layout: Any) -> dict[str, Any]:
     """The manifest's ``preprocessor``: the server stages' output (the model's obs input)."""
     return {"class": "RLlibConnectors", "output_shape": list(layout.obs_shape), "output_dtype": "float32",
             "size": int(np.prod(layout.obs_shape)), "options": {}, "layout": [],
             "stages": [s["class"] for s in layout.server]}
 
 
-def _input_maker(signature: Any, obs_space: gs.Space, connectors: dict[str, Any]) -> Callable[[int, int], dict]:
+def input_maker(signature: Any, obs_space: gs.Space, connectors: dict[str, Any]) -> Callable[[int, int], dict]:
     pipeline = ConnectorPipeline.from_json(connectors, obs_space)
 
     def make(batch: int, seed: int) -> dict[str, np.ndarray]:
@@ -84,7 +84,7 @@ def export_rlmodule(
     from rlserve.models.rlmodules.catalog import build_rlmodule_policy, load_rlmodule_weights
 
     say = progress or (lambda _msg: None)
-    obs_space, action_space = _env_spaces(ckpt)
+    obs_space, action_space = env_spaces(ckpt)
     try:
         layout = plan_connectors([(s.name, s.params) for s in ckpt.connectors.env_to_module], obs_space,
                                  action_space, ckpt.observation_space)
@@ -102,9 +102,9 @@ def export_rlmodule(
         model, obs_space=obs_space, action_space=action_space, model_config=ckpt.model_config, out_dir=out_dir,
         formats=formats, name=name or ckpt.module_id, version=version, progress=say,
         explore=ckpt.explore if explore is None else explore, action_dist=dist.to_json(),
-        preprocessor=_preprocessor(layout),
+        preprocessor=connector_preprocessor(layout),
         normalize_actions=ckpt.normalize_actions if normalize_actions is None else normalize_actions,
         clip_actions=ckpt.clip_actions if clip_actions is None else clip_actions,
         source=ckpt.source_json(), connectors=connectors,
-        make_inputs=_input_maker(model.signature(), copy.deepcopy(obs_space), connectors),
+        make_inputs=input_maker(model.signature(), copy.deepcopy(obs_space), connectors),
     )

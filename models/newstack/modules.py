@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from rlserve.models.checkpoint.errors import CheckpointError
 
-__all__ = ["DEFAULT_MODULES", "CustomModuleError", "module_kind"]
+__all__ = ["CUSTOM_KIND", "DEFAULT_MODULES", "CustomModuleError", "module_kind"]
+
+CUSTOM_KIND = "custom"  # a module class of the user's: exported by tracing it (--trust-code)
 
 _PPO = "ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module.DefaultPPOTorchRLModule"
 _APPO = "ray.rllib.algorithms.appo.torch.default_appo_torch_rl_module.DefaultAPPOTorchRLModule"
@@ -31,23 +33,29 @@ class CustomModuleError(CheckpointError):
     """The checkpoint's RLModule (or its catalog) is not one of RLlib's default modules."""
 
 
-def module_kind(module_class: str, catalog_class: str | None, where: str) -> str:
-    """``ppo``, ``dqn`` or ``sac``; ``CustomModuleError`` for any other module or catalog."""
+TRUST_HINT = ("export it by tracing, with `rlserve export CHECKPOINT --trust-code --out DIR` run where ray and the "
+              "module's code import (it imports and runs the checkpoint's classes); the bundle it writes is "
+              "served without either (docs/newstack.md, \"Your own module\")")
+
+
+def module_kind(module_class: str, catalog_class: str | None, where: str, *, trust_code: bool = False) -> str:
+    """``ppo``, ``dqn`` or ``sac``; ``CustomModuleError`` for any other module or catalog,
+    or ``"custom"`` for those when ``trust_code`` (the exporter traces them)."""
     known = DEFAULT_MODULES.get(module_class)
     if known is None:
+        if trust_code:
+            return CUSTOM_KIND
         raise CustomModuleError(
             f"{where}: the RLModule class {module_class} is not one of RLlib's default modules "
             f"({', '.join(name.rpartition('.')[2] for name in DEFAULT_MODULES)}), so its architecture is code, "
-            "not data in the checkpoint. To serve it, register a torch model with rlserve that computes the same "
-            "outputs under the same parameter names (a custom model, docs/custom_models.md) and export it with its "
-            "weights: `rlserve export --obs-space ... --action-space ... --config ... --weights "
-            "<module dir>/module_state.pkl --out ...`"
+            f"not data in the checkpoint: {TRUST_HINT}"
         )
     kind, catalogs = known
     if catalog_class is not None and catalog_class not in catalogs:
+        if trust_code:
+            return CUSTOM_KIND
         raise CustomModuleError(
             f"{where}: {module_class.rpartition('.')[2]} is built by the custom catalog {catalog_class} "
-            f"(the default is {catalogs[0]}); its networks may differ from the model config's. Serve it as a "
-            "custom model registered with rlserve (docs/custom_models.md)"
+            f"(the default is {catalogs[0]}); its networks may differ from the model config's: {TRUST_HINT}"
         )
     return kind

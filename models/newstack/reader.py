@@ -34,7 +34,7 @@ from rlserve.models.checkpoint.unpickler import Record
 from rlserve.models.newstack.config import effective_model_config
 from rlserve.models.newstack.connectors import ConnectorPlan, read_connectors
 from rlserve.models.newstack.layout import ModuleFiles, locate_module, read_metadata
-from rlserve.models.newstack.modules import module_kind
+from rlserve.models.newstack.modules import CUSTOM_KIND, module_kind
 from rlserve.models.newstack.state import class_label, read_ctor, read_state_file
 
 __all__ = ["ModuleCheckpoint", "read_module_checkpoint"]
@@ -44,7 +44,7 @@ __all__ = ["ModuleCheckpoint", "read_module_checkpoint"]
 class ModuleCheckpoint:
     files: ModuleFiles
     module_class: str  # dotted name, e.g. ray.rllib...DefaultPPOTorchRLModule
-    kind: str  # "ppo" (PPO, APPO, IMPALA), "dqn" or "sac": which default module it is
+    kind: str  # "ppo" (PPO, APPO, IMPALA), "dqn" or "sac": which default module it is; "custom" (traced)
     catalog_class: str | None
     observation_space: gs.Space  # what the module sees (the env-to-module pipeline's output)
     action_space: gs.Space
@@ -89,8 +89,13 @@ class ModuleCheckpoint:
         }
 
 
-def read_module_checkpoint(path: str | Path, module_id: str | None = None) -> ModuleCheckpoint:
-    """Read one module of the new-stack checkpoint at ``path`` (see the module docstring)."""
+def read_module_checkpoint(path: str | Path, module_id: str | None = None, *,
+                           trust_code: bool = False) -> ModuleCheckpoint:
+    """Read one module of the new-stack checkpoint at ``path`` (see the module docstring).
+
+    A module class that is not one of RLlib's defaults raises ``CustomModuleError``, unless
+    ``trust_code``: then its kind is ``"custom"`` (the exporter will import and trace it,
+    ``rlserve.models.traced``) and its model config is kept as stored (what RLlib hands it)."""
     files = locate_module(path, module_id)
     ctor = read_ctor(files.directory)
     where = str(files.directory / "class_and_ctor_args.pkl")
@@ -98,7 +103,7 @@ def read_module_checkpoint(path: str | Path, module_id: str | None = None) -> Mo
     kwargs = ctor["kwargs"]
     catalog = kwargs.get("catalog_class")
     catalog_class = None if catalog is None else class_label(catalog)
-    kind = module_kind(module_class, catalog_class, where)
+    kind = module_kind(module_class, catalog_class, where, trust_code=trust_code)
     obs_space = _space(kwargs.get("observation_space"), f"{where} observation_space")
     action_space = _space(kwargs.get("action_space"), f"{where} action_space")
     stored = _model_config(kwargs.get("model_config"), where)
@@ -114,7 +119,7 @@ def read_module_checkpoint(path: str | Path, module_id: str | None = None) -> Mo
     return ModuleCheckpoint(
         files=files, module_class=module_class, kind=kind, catalog_class=catalog_class,
         observation_space=obs_space, action_space=action_space, stored_model_config=stored,
-        model_config=effective_model_config(stored, where), weights=_weights(files.state_file),
+        model_config=_effective(stored, where, kind), weights=_weights(files.state_file),
         connectors=connectors, algorithm_class=algorithm_class,
         explore=bool(config.get("explore", True)) if config is not None else True,
         env_steps_sampled=_env_steps(files), info=read_metadata(files.directory), defaults_used=tuple(defaults),
@@ -136,6 +141,11 @@ def _model_config(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise CheckpointError(f"{where}: model_config is not a dictionary")
     return config
+
+
+def _effective(stored: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
+    """RLlib's effective model config; a custom module is given its config as stored."""
+    return dict(stored) if kind == CUSTOM_KIND else effective_model_config(stored, where)
 
 
 def _weights(state_file: Path) -> dict[str, np.ndarray]:

@@ -38,7 +38,9 @@ class Pipeline:
     obs_filter: MeanStdFilter | NoFilter | None
     dist_spec: ActionDistSpec
     # New-stack bundles: previous actions are kept one-hot (RLlib's PrevActionsPrevRewards),
-    # and an "action_mask" key of a Dict observation is only data (the module flattens it).
+    # and an "action_mask" key of a Dict observation is only data (the module flattens it),
+    # unless the manifest's connectors name it (a module that masks with it: the server then
+    # masks with it too, and refuses a row that allows nothing).
     one_hot_actions: bool = False
     obs_mask_key: str | None = OBS_MASK_KEY
 
@@ -76,7 +78,7 @@ class Pipeline:
             dist_spec=ActionDistSpec.from_json(manifest.action_dist),
             one_hot_actions=(connectors.get("prev_action_encoding") == "one_hot"
                              and isinstance(manifest.action_space, gs.Discrete)),
-            obs_mask_key=None,
+            obs_mask_key=connectors.get("observation_mask_key"),
         )
 
     @property

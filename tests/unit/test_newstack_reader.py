@@ -15,6 +15,7 @@ import pickle
 import shutil
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from checkpoint_cases import case_ids as old_case_ids
@@ -196,12 +197,17 @@ def test_a_custom_module_class_is_refused_naming_it_and_how_to_serve_it(tmp_path
     from rlserve.models.checkpoint import load_pickle
 
     original = load_pickle(ctor_file)
-    kwargs = {"observation_space": None, "action_space": None, "model_config": {}, "inference_only": False}
+    kwargs = {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32), "action_space": gym.spaces.Discrete(2),
+              "model_config": {"hidden": [7]}, "inference_only": False}
     ctor_file.write_bytes(pickle.dumps({"class": MyOwnModule, "ctor_args_and_kwargs": ((), kwargs)}))
     with pytest.raises(CustomModuleError, match=f"{__name__}.MyOwnModule") as info:
         read_module_checkpoint(root)
-    assert "docs/custom_models.md" in str(info.value)
+    assert "--trust-code" in str(info.value) and "\n" not in str(info.value)
     assert original["class"] is not None  # the file really held a class reference before
+    # With the user's word, the same files read as a module to trace, its config as stored.
+    traced = read_module_checkpoint(root, trust_code=True)
+    assert traced.kind == "custom" and traced.module_class == f"{__name__}.MyOwnModule"
+    assert traced.model_config == {"hidden": [7]}  # a custom module's own keys, not RLlib's defaults
 
 
 def test_the_export_cache_key_of_a_module_covers_its_algorithms_connectors(tmp_path: Path) -> None:

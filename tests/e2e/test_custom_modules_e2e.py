@@ -1,0 +1,217 @@
+"""Custom RLModules (RLlib's own example classes) exported by tracing answer as RLlib did.
+
+Every module of every custom-module case (``RLSERVE_CUSTOM_MODULES_DIR``, default
+``../shared/oracle/custom-modules``, plus tests/fixtures/custom-modules) is exported with
+``rlserve export --trust-code`` in an environment with RLlib (``tests/ray_venv.py``), then
+served from this one, which has no ray:
+
+- the bundle run as the server runs it, ONNX Runtime and TorchScript: RLlib's ``fixed``
+  answers (module input, dist inputs, deterministic action, action for the env, logp,
+  value, state) and, for stateful modules, the recorded episode step by step;
+- a real ``rlserve serve`` of a repository holding the bundles: the same answers over HTTP;
+  a stateful module's episode in a session whose store is a real redis-server, the server
+  SIGKILLed half-way and a new one going on with the episode;
+- a module that masks with its observation's ``action_mask``: the request's own mask applies
+  on top, a row that allows nothing is a 422.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from newstack_cases import assert_close, case_ids, custom_modules_dir, episode_ids, load_case, module_pairs
+from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
+from server_process import ServerProcess, running_server
+from traced_exports import export_traced
+
+from rlserve.models.export.bundle import load_bundle
+
+pytestmark = pytest.mark.e2e
+
+CHUNK = 25
+
+
+def _pairs() -> list[tuple[str, str]]:
+    return module_pairs("custom")
+
+
+def _require(case_id: str, kind: str) -> None:
+    if case_id == "<none>":  # tests/fixtures/custom-modules ships one of every kind
+        pytest.fail(f"no {kind} custom-module case in {custom_modules_dir()} nor tests/fixtures/custom-modules")
+
+
+def _name(case_id: str, module_id: str) -> str:
+    suffix = f"-{module_id}" if len(load_case(case_id).module_ids) > 1 else ""
+    return case_id.replace("/", "-") + suffix
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not _pairs():
+        pytest.fail(f"no custom-module cases found: set RLSERVE_CUSTOM_MODULES_DIR (looked in {custom_modules_dir()})")
+    repo = tmp_path_factory.mktemp("traced-repository")
+    for case_id, module_id in _pairs():
+        export_traced(load_case(case_id), module_id, repo / _name(case_id, module_id))
+    return repo
+
+
+def test_the_serving_environment_has_no_ray() -> None:
+    """What serves the traced bundles below cannot import ray (nor the modules' code)."""
+    assert importlib.util.find_spec("ray") is None
+
+
+@pytest.mark.parametrize(("case_id", "module_id"), _pairs() or [("<none>", "")])
+def test_traced_bundles_match_rllib_in_both_runtimes(repository: Path, case_id: str, module_id: str) -> None:
+    case = load_case(case_id)
+    bundle = load_bundle(repository / _name(case_id, module_id))  # checksums verified
+    assert bundle.manifest.source["exported_by"] == "tracing"
+    agent = agent_of(case, module_id)
+    fixed, observations = case.fixed(agent), case.observations(agent)
+    for runtime in ("onnx", "torchscript"):
+        served = ServedBundle(bundle, runtime)
+        for i, obs in enumerate(observations):
+            served.reset()
+            check_fixed(served, served.step(obs), fixed, i, f"{case_id}:{module_id} fixed[{i}] ({runtime})")
+
+
+@pytest.mark.parametrize("case_id", episode_ids("custom") or ["<none>"])
+def test_a_traced_stateful_module_plays_rllibs_episode(repository: Path, case_id: str) -> None:
+    _require(case_id, "stateful")
+    case = load_case(case_id)
+    bundle = load_bundle(repository / _name(case_id, case.module_ids[0]))
+    check_episode(ServedBundle(bundle), case.reference["episode"], case_id)
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory):
+    env = {"RLSERVE_REPOSITORY": str(repository), "RLSERVE_EXPORT_CACHE": str(tmp_path_factory.mktemp("cache"))}
+    with running_server([], env=env, start_timeout=300) as url, httpx.Client(base_url=url, timeout=120) as client:
+        yield client
+
+
+def _act(client: httpx.Client, name: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+    response = client.post(f"/v1/models/{name}/act", json=body)
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def _flat(value: Any) -> list[float]:
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in _flat(value[k])]
+    return np.ravel(np.asarray(value, np.float64)).tolist()
+
+
+def _row(fixed: dict[str, Any], key: str, i: int) -> Any:
+    value = fixed[key]
+    if isinstance(value, dict):
+        return {k: _row(value, k, i) for k in value}
+    return np.asarray(value[i]).tolist()
+
+
+@pytest.mark.parametrize(("case_id", "module_id"), _pairs() or [("<none>", "")])
+def test_fixed_observations_over_http(server: httpx.Client, repository: Path, case_id: str, module_id: str) -> None:
+    case = load_case(case_id)
+    agent = agent_of(case, module_id)
+    fixed, observations = case.fixed(agent), case.observations(agent)
+    folded = (load_bundle(repository / _name(case_id, module_id)).manifest.source or {}).get("dist_inputs") \
+        == "the distribution's parameters"
+    for start in range(0, len(observations), CHUNK):
+        got = _act(server, _name(case_id, module_id), {"observations": observations[start:start + CHUNK],
+                                                         "explore": False,
+                                                         "outputs": ["raw_action", "value", "dist_inputs"]})
+        for j, i in enumerate(range(start, start + len(got["actions"]))):
+            where = f"{case_id}:{module_id} fixed[{i}]"
+            assert_close(_flat(got["raw_action"][j]), _flat(_row(fixed, "action", i)), f"{where}: module action")
+            assert_close(_flat(got["actions"][j]), _flat(_row(fixed, "action_for_env", i)), f"{where}: env action")
+            if not folded:
+                assert_close(got["dist_inputs"][j], fixed["action_dist_inputs"][i], f"{where}: dist inputs")
+            if "value" in fixed:
+                assert_close(got["value"][j], fixed["value"][i], f"{where}: value")
+            else:
+                assert got["value"][j] is None, f"{where}: a module without a value function answers null"
+            if "logp" in fixed:
+                assert_close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
+
+
+def _episode_step(client: httpx.Client, name: str, session: str, episode: dict[str, Any], t: int) -> None:
+    body: dict[str, Any] = {"observation": episode["obs"][t], "session_id": session, "explore": False, "step": t,
+                            "outputs": ["value", "dist_inputs"]}
+    if t == 0:
+        body["episode_start"] = True
+    else:  # what RLlib's episode holds: its sampled action and the reward it got
+        body["prev_action"] = episode["action"][t - 1]
+        body["reward"] = episode["reward"][t - 1]
+    got = _act(client, name, body)
+    where = f"{name} step {t}"
+    if "action_dist_inputs" in episode:
+        assert_close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{where}: dist inputs")
+    assert_close(got["value"], episode["full_module_replay"]["value"][t], f"{where}: value")
+
+
+@pytest.mark.parametrize("case_id", episode_ids("custom") or ["<none>"])
+def test_a_stateful_episode_goes_on_across_a_sigkill_with_the_redis_store(
+        repository: Path, case_id: str, redis_server, tmp_path: Path) -> None:
+    _require(case_id, "stateful")
+    case = load_case(case_id)
+    name = _name(case_id, case.module_ids[0])
+    episode = dict(case.reference["episode"])
+    if dist_inputs_folded(ServedBundle(load_bundle(repository / name))):
+        episode.pop("action_dist_inputs")
+    steps = len(episode["obs"])
+    env = {"RLSERVE_REPOSITORY": str(repository), "RLSERVE_SESSION_STORE": redis_server.url,
+           "RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
+    first = ServerProcess(env).start()
+    try:
+        with httpx.Client(base_url=first.url, timeout=60) as client:
+            for t in range(steps // 2):
+                _episode_step(client, name, "traced-episode", episode, t)
+        first.kill()  # SIGKILL: no shutdown of any kind
+    finally:
+        first.stop()
+    second = ServerProcess(env).start()
+    try:
+        with httpx.Client(base_url=second.url, timeout=60) as client:
+            for t in range(steps // 2, steps):
+                _episode_step(client, name, "traced-episode", episode, t)
+    finally:
+        second.stop()
+
+
+def _masking_pairs() -> list[tuple[str, str]]:
+    return [(c, m) for c, m in _pairs() if "action_mask" in (load_case(c).reference["modules"][m]
+                                                               ["observation_space"].get("keys") or [])]
+
+
+@pytest.mark.parametrize(("case_id", "module_id"), _masking_pairs() or [("<none>", "")])
+def test_the_observations_mask_and_the_requests_mask_both_hold(
+        server: httpx.Client, repository: Path, case_id: str, module_id: str) -> None:
+    _require(case_id, "action-masking")
+    manifest = load_bundle(repository / _name(case_id, module_id)).manifest
+    assert manifest.connectors.get("observation_mask_key") == "action_mask"  # found by the export's probe
+    name = _name(case_id, module_id)
+    obs = load_case(case_id).observations(agent_of(load_case(case_id), module_id))[0]
+    width = len(obs["action_mask"])
+    rng = np.random.default_rng(3)
+    own = (rng.random(width) < 0.3).astype(int)
+    own[:3] = 1
+    request = np.zeros(width, int)
+    request[[1, 2, 5]] = 1  # with the observation's: only 1 and 2 (and 5 where it allows)
+    allowed = set(np.flatnonzero(own & request).tolist())
+    body = {"observations": [{**obs, "action_mask": own.tolist()}] * 64, "action_masks": [request.tolist()] * 64,
+            "explore": True}
+    taken = set(_act(server, name, body)["actions"])
+    assert taken <= allowed and len(taken) > 1, (taken, allowed)
+    only_obs = _act(server, name, {"observations": [{**obs, "action_mask": own.tolist()}] * 64, "explore": True})
+    assert set(only_obs["actions"]) <= set(np.flatnonzero(own).tolist())
+    nothing = _act(server, name, {"observation": {**obs, "action_mask": [0] * width}}, status=422)
+    assert "action_mask" in str(nothing["error"]) and len(str(nothing)) < 2000
+
+
+def test_the_cases_folder_is_found() -> None:
+    assert Path(custom_modules_dir()).is_dir() and _pairs(), f"no custom-module cases in {custom_modules_dir()}"
+    assert case_ids("custom")
