@@ -69,6 +69,9 @@ def _export_parser() -> argparse.ArgumentParser:
                      help="a module class that is not one of RLlib's defaults (a custom RLModule) is restored with "
                      "RLlib's own loader and traced: this IMPORTS AND RUNS the checkpoint's code, so only use it on "
                      "checkpoints you trust, in an environment where ray and the module's package import")
+    src.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                     help="with --trust-code: import this Python module first (one that registers the checkpoint's "
+                     "custom ModelV2 with ModelCatalog.register_custom_model); repeatable")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
     out.add_argument("--archive", action="store_true", help="also write DIR.rlsb, a single-file archive")
@@ -125,6 +128,10 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
         return _finish(args, bundle, progress)
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     checkpoint = _read_checkpoint(args, progress)
+    if checkpoint is not None and _model_is_code(checkpoint, args):
+        from rlserve.models.export.cli_traced import export_traced_modelv2
+
+        return _finish(args, export_traced_modelv2(args, checkpoint, formats, progress, InputError), progress)
     spec = _read_spec(args, checkpoint)
     filter_state = _choose_filter(args, checkpoint)
     progress("building the model")
@@ -147,6 +154,27 @@ def _export(args: argparse.Namespace, progress: Progress) -> int:
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     return _finish(args, bundle, progress)
+
+
+def _model_is_code(checkpoint: Any, args: argparse.Namespace) -> bool:
+    """An old-stack policy whose custom_model rlserve's registry does not know: with
+    --trust-code it is traced; without, the refusal says what to run."""
+    from rlserve.models.custom import get_custom_model
+
+    name = checkpoint.model_config.get("custom_model")
+    if not name:
+        return False
+    try:
+        get_custom_model(name)
+        return False
+    except ValueError as exc:
+        if not args.trust_code:
+            raise InputError(f"CHECKPOINT: model.custom_model {name!r} is a ModelV2 class of the user's, which "
+                             "rlserve does not know; export it by tracing, with `rlserve export CHECKPOINT "
+                             "--trust-code [--import MODULE] --out DIR` run where ray and the class import (it "
+                             "imports and runs the checkpoint's code), or register an equivalent model with "
+                             f"rlserve (docs/custom_models.md) ({exc})") from None
+        return True
 
 
 def _finish(args: argparse.Namespace, bundle: Any, progress: Progress) -> int:

@@ -50,6 +50,7 @@ def export_new_stack(args: argparse.Namespace, progress: Callable[[str], None],
             module, args.out, formats=formats, name=args.name or args.out.name, version=args.version,
             progress=progress, explore=False if args.deterministic else None,
             normalize_actions=args.normalize_actions, clip_actions=args.clip_actions,
+            **({"imports": args.imports} if module.kind == CUSTOM_KIND else {}),
         )
     except BundleError:
         raise  # a runtime disagrees with eager torch: an export failure, exit 1

@@ -20,6 +20,7 @@ from pathlib import Path
 from rlserve.models.checkpoint import CheckpointError, PolicyCheckpoint, read_checkpoint
 from rlserve.models.export.bundle import Bundle
 from rlserve.models.newstack import is_new_stack, read_module_checkpoint
+from rlserve.models.newstack.modules import CUSTOM_KIND
 
 __all__ = ["export_checkpoint"]
 
@@ -33,11 +34,13 @@ def export_checkpoint(
     name: str | None = None,
     version: str | None = None,
     progress: Callable[[str], None] | None = None,
+    trust_code: bool = False,
 ) -> Bundle:
     """Export one policy of an RLlib checkpoint to a verified bundle at ``out_dir``.
 
     Raises ``CheckpointError`` when the checkpoint cannot be read or lacks the filter its
-    config names (``CustomModuleError`` for an RLModule that is not a default one),
+    config names (``CustomModuleError`` for an RLModule that is not a default one, unless
+    ``trust_code``: then it is traced, ``TraceError`` where it cannot be),
     ``WeightImportError``/``RLModuleWeightError`` when its weights do not fit the model its
     config describes, ``RLModuleExportError`` for connectors a bundle cannot reproduce,
     ``BundleError`` when a runtime disagrees with eager torch.
@@ -50,7 +53,12 @@ def export_checkpoint(
     if not isinstance(checkpoint, PolicyCheckpoint) and is_new_stack(checkpoint):
         from rlserve.models.export.from_rlmodule import export_rlmodule
 
-        module = read_module_checkpoint(checkpoint, policy_id)
+        module = read_module_checkpoint(checkpoint, policy_id, trust_code=trust_code)
+        if module.kind == CUSTOM_KIND:  # the user's module class: traced (needs ray)
+            from rlserve.models.traced.export import export_traced_module
+
+            return export_traced_module(module, out_dir, formats=tuple(formats), name=name, version=version,
+                                        progress=progress)
         return export_rlmodule(module, out_dir, formats=tuple(formats), name=name, version=version,
                                progress=progress)
     ckpt = checkpoint if isinstance(checkpoint, PolicyCheckpoint) else read_checkpoint(checkpoint, policy_id)

@@ -44,13 +44,21 @@ def export_policy_set(
     only: Sequence[str] | None = None,
     formats: Sequence[str] = ("onnx", "torchscript"),
     progress: Callable[[str], None] | None = None,
+    trust_code: bool = False,
 ) -> PolicySet:
-    """Export every policy of the checkpoint (or those in ``only``) and write the set."""
+    """Export every policy of the checkpoint (or those in ``only``) and write the set.
+
+    ``trust_code``: members whose module class is the user's are traced
+    (``rlserve.models.traced``); then only the policies the mapping names are exported, so
+    a MultiRLModule's shared encoder (a module no agent acts with) is reached through its
+    members, not exported as a policy of its own."""
     from rlserve.models.export.from_checkpoint import export_checkpoint
 
     checkpoint, out = Path(checkpoint), Path(out_dir)
     available = checkpoint_policy_ids(checkpoint)
     chosen = list(only) if only else available
+    if trust_code and not only:
+        chosen = [p for p in available if p in mapping.policy_ids()] or available
     missing = sorted(set(chosen) - set(available))
     if missing:
         raise CheckpointError(f"{checkpoint}: no policies {missing} under policies/; available: {available}")
@@ -63,7 +71,8 @@ def export_policy_set(
         if progress is not None:
             progress(f"exporting policy {policy_id!r}")
         export_checkpoint(checkpoint, out / relative, policy_id=policy_id, formats=formats,
-                          name=member_name(set_name, policy_id), version=version, progress=progress)
+                          name=member_name(set_name, policy_id), version=version, progress=progress,
+                          trust_code=trust_code)
         members[policy_id] = relative
     return write_policy_set(out, name=set_name, version=version, mapping=mapping, members=members,
                             source={"kind": "rllib_checkpoint", "path": checkpoint.name, "policies": available,

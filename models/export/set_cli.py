@@ -96,13 +96,15 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
         from rlserve.models.export.from_rlmodule import RLModuleExportError
         from rlserve.models.rllib_import import WeightImportError
         from rlserve.models.rlmodules.catalog import RLModuleWeightError
+        from rlserve.models.traced import TraceError
 
         formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
         try:
             policy_set = export_policy_set(args.checkpoint, args.out, mapping, name=args.name, version=args.version,
                                            only=[args.policy_id] if args.policy_id else None, formats=formats,
-                                           progress=progress)
-        except (CheckpointError, MappingError, WeightImportError, RLModuleExportError, RLModuleWeightError) as exc:
+                                           progress=progress, trust_code=args.trust_code)
+        except (CheckpointError, MappingError, WeightImportError, RLModuleExportError, RLModuleWeightError,
+                TraceError) as exc:
             raise SetInputError(f"CHECKPOINT: {exc}") from exc
     with policy_set:
         return f"policy set {policy_set.name!r} with policies {policy_set.policy_ids} at {args.out}"

@@ -16,10 +16,14 @@ lack) is refused naming the first call of the user's code on the failing path.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
+import logging
+import re
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,7 @@ from rlserve.models.rlmodules.graph import ConnectorGraph
 from rlserve.models.spaces import space_from_json
 from rlserve.models.traced.dists import served_distribution
 from rlserve.models.traced.layout import ObsLayout, StateLayout
-from rlserve.models.traced.loader import LoadedModule, TraceError, load_module
+from rlserve.models.traced.loader import LoadedModule, TraceError, import_user_modules, load_module, require_rllib
 from rlserve.models.traced.policy import TracedModulePolicy
 from rlserve.models.traced.sequence import check_sequence
 
@@ -50,6 +54,7 @@ def export_traced_module(
     ckpt: ModuleCheckpoint, out_dir: str | Path, *, formats: tuple[str, ...] = ("onnx", "torchscript"),
     name: str | None = None, version: str | None = None, progress: Progress | None = None,
     explore: bool | None = None, normalize_actions: bool | None = None, clip_actions: bool | None = None,
+    imports: Sequence[str] = (),
 ) -> Bundle:
     """Trace ``ckpt``'s module (read with ``trust_code``) into a verified bundle at ``out_dir``.
     Raises ``TraceError`` (one line) for what cannot be served exactly, ``BundleError`` when a
@@ -59,6 +64,8 @@ def export_traced_module(
     say = progress or (lambda _msg: None)
     label = ckpt.module_class
     say(f"restoring {label.rpartition('.')[2]} with RLlib (--trust-code: running the checkpoint's code)")
+    require_rllib(label)
+    import_user_modules(imports)
     loaded = load_module(ckpt.files, label)
     model, layout, connectors = _build(ckpt, loaded, label, say)
     obs_space, action_space = env_spaces(ckpt)
@@ -66,7 +73,7 @@ def export_traced_module(
               "dist_inputs": "the distribution's parameters" if model.dist.folded else "the module's"}
     say("tracing the module into ONNX and TorchScript")
     make_inputs = input_maker(model.signature(), copy.deepcopy(obs_space), connectors)
-    with _tracing(label):
+    with tracing(label):
         bundle = export_bundle(
             model, obs_space=obs_space, action_space=action_space, model_config=ckpt.model_config, out_dir=out_dir,
             formats=formats, name=name or ckpt.module_id, version=version, progress=say,
@@ -157,32 +164,57 @@ def _masks_with_observation(model: TracedModulePolicy, obs_layout: ObsLayout, sp
     return bool(np.all(dist_inputs[mask == 0] <= FLOAT_MIN / 2) and np.all(dist_inputs[mask == 1] > FLOAT_MIN / 2))
 
 
-class _tracing:
+class tracing:
     """Tracer warnings are refusals; a failure inside the exporters names the user's call."""
 
     def __init__(self, label: str):
         self.label = label
         self._warnings = warnings.catch_warnings()
+        # torch's exporters log (and dump graphs) on their way to a failure; the refusal says it
+        # in one line, and --traceback shows the chain.
+        self._torch_log = logging.getLogger("torch")
+        self._level = self._torch_log.level
 
     def __enter__(self) -> None:
         self._warnings.__enter__()
         warnings.simplefilter("error", torch.jit.TracerWarning)
+        self._torch_log.setLevel(logging.CRITICAL)
+        self._quiet = contextlib.ExitStack()  # the exporters print graphs on failure
+        self._quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        self._quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        self._quiet.close()
         self._warnings.__exit__(kind, exc, tb)
+        self._torch_log.setLevel(self._level)
         if exc is None or isinstance(exc, BundleError | TraceError) or not isinstance(exc, Exception):
             return
-        where = _user_frame(exc)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise TraceError(f"{self.label} cannot be traced{where}: {type(exc).__name__}: {first[:300]}") from None
+        chain = _chain(exc)
+        where = _user_frame(chain)
+        inner = chain[-1]
+        first = _ANSI.sub("", str(inner)).strip().splitlines()[0] if str(inner).strip() else ""
+        raise TraceError(f"{self.label} cannot be traced{where}: {type(inner).__name__}: {first[:300]}") from None
 
 
-def _user_frame(exc: BaseException) -> str:
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOT_USER = ("/torch/", "/rlserve/", "/models/traced/", "/models/export/", "/onnx", "/contextlib.py")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what caused it, outermost first (torch.export wraps the error it met)."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and all(cause is not c for c in chain):
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return chain
+
+
+def _user_frame(chain: list[BaseException]) -> str:
     """' at FILE:LINE in FUNC (CODE)' for the deepest frame outside torch and rlserve, if any."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "/torch/" not in f.filename and "/rlserve/" not in f.filename and "/models/traced/" not in f.filename
-              and "/models/export/" not in f.filename and "site-packages/onnx" not in f.filename]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" at {Path(f.filename).name}:{f.lineno} in {f.name} ({(f.line or '').strip()[:80]})"
+    for link in reversed(chain):  # the innermost error first: it met the user's line
+        frames = [f for f in traceback.extract_tb(link.__traceback__) if not any(n in f.filename for n in _NOT_USER)]
+        if frames:
+            f = frames[-1]
+            return f" at {Path(f.filename).name}:{f.lineno} in {f.name} ({(f.line or '').strip()[:80]})"
+    return ""

@@ -13,12 +13,13 @@ arguments and loads the weights), and returns what a forward pass needs:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rlserve.models.newstack.layout import CTOR_FILE, ModuleFiles
 
-__all__ = ["LoadedModule", "TraceError", "load_module", "require_rllib"]
+__all__ = ["LoadedModule", "TraceError", "import_user_modules", "load_module", "require_rllib"]
 
 RLLIB_REQUIREMENT = 'ray[rllib]==2.60.0'
 
@@ -37,6 +38,15 @@ def require_rllib(module_class: str) -> None:
             f"({exc.name or exc}): run the export in the environment the module was trained in, or install "
             f"\"{RLLIB_REQUIREMENT}\" and the module's package beside rlserve[torch]"
         ) from None
+
+
+def import_user_modules(names: Sequence[str]) -> None:
+    """``--import``: the user's modules, which register their classes with RLlib's catalog."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise TraceError(f"--import {name}: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass
