@@ -130,7 +130,7 @@ CASES: dict[str, dict[str, Any]] = {
         "algo": "PPO", "env": "ray.rllib.examples.envs.classes.correlated_actions_env:CorrelatedActionsEnv",
         "module": ("autoregressive_actions_rlm", "AutoregressiveActionsRLM"), "model": {}, "training": _PPO},
 }
-FORMAT_CHECK_ONLY = {"ppo_action_masking"}  # recorded only with --include-format-check
+FORMAT_CHECK_ONLY = {"ppo_action_masking"}  # recorded only when named on the command line
 
 
 def _env_class(spec: dict[str, Any]) -> Any:
