@@ -83,6 +83,8 @@ def externalize(reference: dict[str, Any], limit: int = 200) -> dict[str, Any]:
     def size(value: Any) -> int:
         if isinstance(value, dict):
             return sum(size(v) for v in value.values())
+        if isinstance(value, list | tuple):  # also ragged rows, e.g. a Tuple action [a1, [a2]]
+            return sum(size(v) for v in value)
         return int(np.asarray(value).size)
 
     def refer(value: list[Any], key: str) -> Any:

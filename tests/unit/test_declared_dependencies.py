@@ -69,7 +69,12 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/record_newstack_cases.py": {"ray"},
                    # record_newstack_cases.py's restored-checkpoint readers; dm-tree and
                    # msgpack-numpy come with ray's rllib extra
-                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"}}
+                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"},
+                   # record_custom_modules.py (RLlib's example RLModule classes) and its readers
+                   "scripts/record_custom_modules.py": {"ray"},
+                   "scripts/custom_module_answers.py": {"ray", "tree"},
+                   "scripts/newstack_layout.py": {"msgpack_numpy"},
+                   "scripts/verify_custom_modules.py": {"ray"}}
 
 
 def _normalize(name: str) -> str:
