@@ -11,7 +11,8 @@ command line in it:
 in ``RLSERVE_RAY_VENV`` (default ``~/.cache/rlserve-tests/ray-2.60.0-py<X.Y>``), made under
 a file lock (two xdist workers, or ``.ci/run`` starting it early in the background) and
 reused while its stamp holds; a stamp made for another checkout only reinstalls rlserve.
-Run as a script, it makes the environment and says where (``.ci/run`` does this first).
+Run as a script, it makes the environment and says where (``.ci/run`` starts
+``tests/ray_venv.py --rllib-only`` first, in the background).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ def _pip(python: Path, *args: str) -> None:
                            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 
 
-def ray_python() -> Path:
-    """The interpreter of an environment where ray, torch and this checkout import."""
+def ray_python(*, rllib_only: bool = False) -> Path:
+    """The interpreter of an environment where ray, torch and this checkout import
+    (``rllib_only``: ray and torch only, what ``.ci/run`` makes ahead of the project's install,
+    which must not run beside another editable install of the same checkout)."""
     given = os.environ.get("RLSERVE_RAY_PYTHON")
     if given:
         return Path(given)
@@ -66,10 +69,13 @@ def ray_python() -> Path:
         if not stamp.startswith(" ".join(RLLIB)) or not python.is_file():
             venv.EnvBuilder(with_pip=True, clear=True).create(root)
             _pip(python, *RLLIB)
+            stamp_file.write_text(f"{' '.join(RLLIB)}\n")
+        if rllib_only:
+            return python
         _pip(python, "-e", f"{REPO_ROOT}[torch]")
         stamp_file.write_text(_stamp())
     return python
 
 
 if __name__ == "__main__":
-    print(ray_python())
+    print(ray_python(rllib_only="--rllib-only" in sys.argv[1:]))

@@ -54,9 +54,18 @@ def _stack(source: dict[str, Any] | None) -> str:
         module_class = str(source.get("module_class") or "?").rpartition(".")[2]
         algorithm = str(source.get("algorithm") or "?").rpartition(".")[2]
         return (f"RLlib new API stack (RLModule): module {source.get('module_id')!r} {module_class}, "
-                f"algorithm {algorithm}")
+                f"algorithm {algorithm}{_traced(source)}")
     policy_class = source.get("policy_class") or ""
-    return f"RLlib old API stack (ModelV2/Policy): policy {source.get('policy_id')!r} {policy_class}"
+    return f"RLlib old API stack (ModelV2/Policy): policy {source.get('policy_id')!r} {policy_class}{_traced(source)}"
+
+
+def _traced(source: dict[str, Any]) -> str:
+    """A module class of the user's, exported by tracing it (``--trust-code``)."""
+    if source.get("exported_by") != "tracing":
+        return ""
+    dist = str(source.get("action_dist_class") or "").rpartition(".")[2]
+    folded = ", its constructor in the graph" if source.get("dist_inputs") == "the distribution's parameters" else ""
+    return f"; traced (--trust-code){f', distribution class {dist}{folded}' if dist else ''}"
 
 
 def _spaces(data: dict[str, Any]) -> str:
@@ -96,6 +105,11 @@ def _connectors(connectors: dict[str, Any], shape: tuple[int, ...]) -> str:
              f"  on the server: {', '.join(s['class'] for s in connectors.get('server', [])) or 'none'} -> {shape}",
              f"  in the graph:  {', '.join(s['class'] for s in connectors.get('graph', [])) or 'none'} -> "
              f"module input {tuple(connectors.get('module_obs_shape', ()))}"]
+    if connectors.get("module_obs_space"):
+        lines.append("  the module reads the observation's structure: the graph rebuilds it from the row")
+    if connectors.get("observation_mask_key"):
+        lines.append(f"  the module masks with the observation's {connectors['observation_mask_key']!r}: "
+                     "so does the server")
     for stage in [*connectors.get("server", []), *connectors.get("graph", [])]:
         if stage["class"] == "MeanStdFilter":
             filt = stage["filter"]

@@ -40,7 +40,7 @@ from rlserve.models.spaces import space_from_json
 from rlserve.models.traced.dists import served_distribution
 from rlserve.models.traced.layout import ObsLayout, StateLayout
 from rlserve.models.traced.loader import LoadedModule, TraceError, import_user_modules, load_module, require_rllib
-from rlserve.models.traced.policy import TracedModulePolicy
+from rlserve.models.traced.policy import DIST_INPUTS, TracedModulePolicy
 from rlserve.models.traced.sequence import check_sequence
 
 __all__ = ["export_traced_module"]
@@ -138,8 +138,12 @@ def _check_exploration(loaded: LoadedModule, model: TracedModulePolicy, inputs: 
         if module_obs is None:
             return  # history stages in the graph: compared through the runtimes' verification only
         states = list(args[1:1 + model.module_states])
-        acting = loaded.forward("forward_inference", model.batch(module_obs, states))["action_dist_inputs"]
-        exploring = loaded.forward("forward_exploration", model.batch(module_obs, states))["action_dist_inputs"]
+        acting = loaded.forward("forward_inference", model.batch(module_obs, states)).get(DIST_INPUTS)
+        if acting is None:
+            raise TraceError(f"{label}: forward_inference answers no {DIST_INPUTS}: the module acts for no agent "
+                             "(a shared encoder?); export the modules that do, which reach it through their "
+                             "MultiRLModule")
+        exploring = loaded.forward("forward_exploration", model.batch(module_obs, states))[DIST_INPUTS]
     if acting.shape != exploring.shape or not torch.allclose(acting, exploring, rtol=1e-6, atol=1e-6):
         raise TraceError(f"{label}: forward_exploration computes other action_dist_inputs than forward_inference "
                          "(or a random one); a bundle serves one forward pass for both")

@@ -77,7 +77,7 @@ def load_module(files: ModuleFiles, module_class: str) -> LoadedModule:
     require_rllib(module_class)
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    parent = files.directory.parent
+    parent = files.directory.parent.resolve()  # RLlib reads a relative path as a URI without a scheme
     try:
         if (parent / CTOR_FILE).is_file() and (parent / "metadata.json").is_file():
             root = RLModule.from_checkpoint(str(parent))
@@ -85,7 +85,7 @@ def load_module(files: ModuleFiles, module_class: str) -> LoadedModule:
                 for member in root.values():
                     member.eval()
                 return LoadedModule(root=root, member=root[files.module_id], module_id=files.module_id)
-        module = RLModule.from_checkpoint(str(files.directory))
+        module = RLModule.from_checkpoint(str(files.directory.resolve()))
     except ImportError as exc:
         raise TraceError(f"{module_class}: its code does not import here ({exc}); install the package that "
                          "defines it, or run the export where it was trained") from None

@@ -18,6 +18,7 @@ served from this one, which has no ray:
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import pytest
 from newstack_cases import assert_close, case_ids, custom_modules_dir, episode_ids, load_case, module_pairs
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
 from server_process import ServerProcess, running_server
-from traced_exports import export_traced
+from traced_exports import export_traced, rlserve_in_ray_env
 
 from rlserve.models.export.bundle import load_bundle
 
@@ -36,8 +37,23 @@ pytestmark = pytest.mark.e2e
 CHUNK = 25
 
 
+def _acting_modules(case_id: str) -> list[str]:
+    """The modules RLlib acted with: a multi-agent case's agents' (a shared encoder acts for none)."""
+    case = load_case(case_id)
+    if not case.multi_agent:
+        return case.module_ids
+    fixed = case.reference["fixed"]
+    return sorted({v["module_id"] for k, v in fixed.items() if k.startswith("agent_")})
+
+
+def _explores_otherwise(case_id: str) -> bool:
+    """RLlib recorded other dist inputs for forward_exploration than for forward_inference."""
+    return float(load_case(case_id).reference.get("crosscheck", {}).get("forward_exploration_vs_inference_maxdiff",
+                                                                         0.0)) > 0.0
+
+
 def _pairs() -> list[tuple[str, str]]:
-    return module_pairs("custom")
+    return [(c, m) for c in case_ids("custom") if not _explores_otherwise(c) for m in _acting_modules(c)]
 
 
 def _require(case_id: str, kind: str) -> None:
@@ -58,6 +74,20 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for case_id, module_id in _pairs():
         export_traced(load_case(case_id), module_id, repo / _name(case_id, module_id))
     return repo
+
+
+@pytest.mark.parametrize("case_id", [c for c in case_ids("custom") if _explores_otherwise(c)] or ["<none>"])
+def test_a_module_that_explores_with_other_dist_inputs_is_refused(case_id: str, tmp_path: Path) -> None:
+    """One graph serves explore true and false: a module whose forward_exploration differs
+    (RLlib's autoregressive example samples its first action there) is refused in one line."""
+    _require(case_id, "exploring-differently")
+    case = load_case(case_id)
+    done = subprocess.run([*rlserve_in_ray_env(), "export", str(case.checkpoint), "--trust-code", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlserve export:")]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "forward_exploration computes other action_dist_inputs" in lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_serving_environment_has_no_ray() -> None:

@@ -138,3 +138,31 @@ def test_a_state_that_does_not_start_at_zero_steps_as_rllib_over_http(saved: Pat
                 got = response.json()
                 assert_close(got["dist_inputs"], reference["dist_inputs"][t, r], f"step {t} row {r}: dist inputs")
                 assert_close(got["value"], reference["value"][t, r], f"step {t} row {r}: value")
+
+
+def _documented_ray_block() -> list[str]:
+    text = (TESTS.parent / "docs" / "newstack.md").read_text()
+    start = text.index("<!-- not-run: ray -->\n```bash\n") + len("<!-- not-run: ray -->\n```bash\n")
+    return text[start:text.index("```", start)].strip().splitlines()
+
+
+def test_the_documented_trust_code_commands_are_what_the_tests_run(tmp_path: Path) -> None:
+    """docs/newstack.md's environment is the one tests/ray_venv.py makes, and its export line,
+    run in it on a real custom-module checkpoint, writes what the page's example shows."""
+    from ray_venv import RLLIB
+
+    make, export = _documented_ray_block()
+    assert all(f'"{requirement}"' in make for requirement in RLLIB) and '-e ".[torch]"' in make
+    assert export.startswith("ray-venv/bin/rlserve export $CUSTOM_CHECKPOINT --trust-code --out ")
+    case = next(load_case(c) for c, _ in module_pairs("custom")
+                if "action_mask" in (load_case(c).reference["modules"][_]["observation_space"].get("keys") or []))
+    argv = [*rlserve_in_ray_env(), *export.split()[1:]]
+    argv[argv.index("$CUSTOM_CHECKPOINT")] = str(case.checkpoint)
+    done = _export(argv, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fixture = TESTS / "fixtures" / "traced" / "action-masking"
+    shown = [subprocess.run([sys.executable, "-m", "rlserve.service.cli", "inspect", str(path)], capture_output=True,
+                            text=True, timeout=120).stdout for path in (tmp_path / export.split()[-1], fixture)]
+    lines = [[ln for ln in out.splitlines() if ln.startswith(("stack", "  the module", "action distribution"))]
+             for out in shown]
+    assert lines[0] == lines[1] and len(lines[0]) == 4, lines
