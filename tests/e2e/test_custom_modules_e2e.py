@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from newstack_cases import assert_close, case_ids, custom_modules_dir, episode_ids, load_case, module_pairs
+from newstack_cases import assert_close, case_ids, custom_modules_dir, episode_ids, load_case
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
 from server_process import ServerProcess, running_server
 from traced_exports import export_traced, rlserve_in_ray_env
