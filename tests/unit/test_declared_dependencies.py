@@ -50,6 +50,9 @@ TORCH_SIDE = (
     # The new stack's RLModules, rebuilt in torch to be exported (`rlserve export` of a
     # new-stack checkpoint); serving their bundles needs no torch.
     "models/rlmodules/*.py",
+    # `rlserve export --trust-code` (custom modules traced): torch, and ray from the user's
+    # training environment (RLLIB_SIDE), which rlserve never installs.
+    "models/traced/*.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
 # The start-up check pings the configured store (service/startup.py, only with a store set).
@@ -74,7 +77,14 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/record_custom_modules.py": {"ray"},
                    "scripts/custom_module_answers.py": {"ray", "tree"},
                    "scripts/newstack_layout.py": {"msgpack_numpy"},
-                   "scripts/verify_custom_modules.py": {"ray"}}
+                   "scripts/verify_custom_modules.py": {"ray"},
+                   # user module classes the --trust-code tests save and trace in their RLlib venv
+                   "tests/fixtures/traced_modules/user_modules.py": {"ray"},
+                   "tests/fixtures/traced_modules/save_modules.py": {"ray"}}
+# The --trust-code exporter imports ray only there, inside the functions that restore a
+# checkpoint's code (the user's environment has it; rlserve neither installs nor needs it).
+RLLIB_SIDE = {"models/traced/loader.py": {"ray"}, "models/traced/export.py": {"ray"},
+              "models/traced/modelv2.py": {"ray"}}
 
 
 def _normalize(name: str) -> str:
@@ -190,7 +200,7 @@ def test_every_third_party_import_is_declared():
         for name, line in _imports(path):
             if name in sys.stdlib_module_names or name in local or name == "__future__":
                 continue
-            if name in OWN_ENVIRONMENT.get(rel, ()):
+            if name in OWN_ENVIRONMENT.get(rel, ()) or name in RLLIB_SIDE.get(rel, ()):
                 continue
             dists = {_normalize(d) for d in modules.get(name, [])}
             if not dists:
