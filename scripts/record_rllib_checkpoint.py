@@ -7,6 +7,12 @@ project's), e.g.
     /tmp/rayenv/bin/python scripts/record_rllib_checkpoint.py OUT_DIR --env CartPole-v1 \\
         --model '{"fcnet_hiddens": [16, 16]}' --filter MeanStdFilter --format msgpack
 
+A custom ModelV2 (``--custom-model MODULE:CLASS``): the class is imported from ``MODULE``
+(which must be importable: put its folder on ``PYTHONPATH``) and registered with
+``ModelCatalog.register_custom_model(NAME, CLASS)`` (``--custom-name``, default the class
+name); the training config's ``model.custom_model`` is ``NAME``. The checkpoint stores only
+that name, so the recording process registers the class again before RLlib reloads it.
+
 OUT_DIR gets the layout of ``shared/oracle/checkpoints/<case>/`` (read by
 tests/conformance/test_checkpoints.py):
 
@@ -17,7 +23,9 @@ tests/conformance/test_checkpoints.py):
     reference.npz        the same arrays ("fixed_<key>", "episode_<key>")
     episode_states.npz   recurrent: state_in/<i>, state_out/<i> per episode step
 
-The answers come from the checkpoint as RLlib reloads it (``_reload``):
+The answers come from the checkpoint as RLlib reloads it (``_reload``), in a fresh process
+(the script runs itself again with ``--record-only``; that flag alone re-records the answers
+of an existing ``OUT_DIR/checkpoint`` without training):
 
 - ``fixed``: observations from a random rollout, each fed alone from the initial state
   with zero previous action/reward, ``explore=False``: ``action`` (before unsquashing),
@@ -35,8 +43,13 @@ The answers come from the checkpoint as RLlib reloads it (``_reload``):
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +64,45 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--format", choices=("cloudpickle", "msgpack"), default="cloudpickle")
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--batch", type=int, default=400)
+    p.add_argument("--lr", type=float, help="learning rate (default: PPO's, 5e-5)")
     p.add_argument("--fixed", type=int, default=50)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--keep-optimizer", action="store_true", help="keep the optimizer state in the policy file")
+    p.add_argument("--custom-model", metavar="MODULE:CLASS",
+                   help="a custom ModelV2 class to import and register (MODULE on PYTHONPATH)")
+    p.add_argument("--custom-name", help="the name it is registered under (default: the class name)")
+    p.add_argument("--record-only", action="store_true",
+                   help="no training: record the answers of the existing OUT/checkpoint (in this process)")
     return p.parse_args()
+
+
+def register_custom_model(args: argparse.Namespace, model: dict) -> dict | None:
+    """Import and register ``--custom-model`` and name it in ``model``; its description for
+    reference.json (``custom_model``), or None without one."""
+    if not args.custom_model:
+        return None
+    from ray.rllib.models import ModelCatalog
+
+    module_name, _, class_name = args.custom_model.partition(":")
+    if not class_name:
+        sys.exit("--custom-model: expected MODULE:CLASS")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name)
+    name = args.custom_name or class_name
+    ModelCatalog.register_custom_model(name, cls)
+    if model.get("custom_model") not in (None, name):
+        sys.exit(f"--model names custom_model {model['custom_model']!r}, --custom-model registers {name!r}")
+    model["custom_model"] = name
+    source = Path(module.__file__)
+    return {
+        "registered_name": name,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "module_file": os.path.relpath(source, args.out),  # where the recording found it, from OUT_DIR
+        "module_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "class_mro": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__ if c is not object],
+        "custom_model_config": model.get("custom_model_config", {}),
+    }
 
 
 def _config(args: argparse.Namespace, model: dict):
@@ -68,6 +115,7 @@ def _config(args: argparse.Namespace, model: dict):
         .framework("torch")
         .env_runners(num_env_runners=0, observation_filter=args.filter, rollout_fragment_length="auto")
         .training(model=model, train_batch_size=args.batch, minibatch_size=min(128, args.batch), num_epochs=2)
+        .training(**({"lr": args.lr} if args.lr is not None else {}))
         .debugging(seed=args.seed, log_level="ERROR")
     )
 
@@ -224,6 +272,14 @@ class Recorder:
         ]
 
 
+def _kind(rec: Recorder, model: dict) -> str:
+    if rec.attention:
+        return "attention"
+    if model.get("use_lstm"):
+        return "lstm"
+    return "custom" if model.get("custom_model") else "feedforward"
+
+
 def _record_fixed(rec: Recorder, observations: list) -> dict:
     out: dict = {k: [] for k in ("obs", "action", "dist_inputs", "value", "logp", "action_unsquashed")}
     history = [rec.zero_action()] * max(1, rec.n_prev_actions)
@@ -289,16 +345,14 @@ def _reload(args: argparse.Namespace, model: dict, checkpoint: Path):
     return algo
 
 
-def main() -> None:
-    args = _parse()
-    import gymnasium as gym
+def _train(args: argparse.Namespace, model: dict) -> None:
     import ray
 
-    model = json.loads(args.model)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     algo = _config(args, model).build()
-    for _ in range(args.iterations):
-        algo.train()
+    for i in range(args.iterations):
+        result = algo.train()
+        print(f"iteration {i + 1}: episode_return_mean {result['env_runners'].get('episode_return_mean')}")
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoint = args.out / "checkpoint"
     if checkpoint.exists():
@@ -308,8 +362,15 @@ def main() -> None:
     if not args.keep_optimizer:
         _strip_optimizer(checkpoint)
     relative_paths(checkpoint)
+    ray.shutdown()
 
-    algo = _reload(args, model, checkpoint)
+
+def _record(args: argparse.Namespace, model: dict, custom: dict | None) -> None:
+    import gymnasium as gym
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    algo = _reload(args, model, args.out / "checkpoint")
     env = gym.make(args.env)
     rec = Recorder(algo, env)
     rng_env = gym.make(args.env)
@@ -322,13 +383,14 @@ def main() -> None:
             obs, _ = rng_env.reset()
     reference = {
         "case": args.out.name,
-        "kind": "attention" if rec.attention else ("lstm" if model.get("use_lstm") else "feedforward"),
-        "recurrent": bool(rec.attention or model.get("use_lstm")),
+        "kind": _kind(rec, model),
+        "recurrent": bool(rec.initial_state()),
         "env": args.env,
         "model_overrides": model,
         "observation_filter": args.filter,
         "normalize_actions": bool(algo.config.normalize_actions),
         "checkpoint_format": args.format,
+        **({"custom_model": custom} if custom else {}),
         "fixed": _record_fixed(rec, observations),
     }
     arrays = {f"fixed_{k}": np.asarray(v) for k, v in reference["fixed"].items() if k != "obs" and v}
@@ -340,6 +402,20 @@ def main() -> None:
     (args.out / "reference.json").write_text(json.dumps(to_list(reference)))
     np.savez(args.out / "reference.npz", **arrays)
     print(f"wrote {args.out}")
+
+
+def main() -> None:
+    args = _parse()
+    # RLlib's from_checkpoint hands the path to pyarrow, which refuses a relative one ("URI has empty scheme").
+    args.out = args.out.resolve()
+    model = json.loads(args.model)
+    custom = register_custom_model(args, model)
+    if args.record_only:
+        _record(args, model, custom)
+        return
+    _train(args, model)
+    # The answers from a fresh process: nothing of the training process (registry, modules) helps.
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), *sys.argv[1:], "--record-only"], check=True)
 
 
 if __name__ == "__main__":
