@@ -80,7 +80,12 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/verify_custom_modules.py": {"ray"},
                    # user module classes the --trust-code tests save and trace in their RLlib venv
                    "tests/fixtures/traced_modules/user_modules.py": {"ray"},
-                   "tests/fixtures/traced_modules/save_modules.py": {"ray"}}
+                   "tests/fixtures/traced_modules/save_modules.py": {"ray"},
+                   # the user's custom ModelV2 classes of tests/fixtures/checkpoints-custom, their
+                   # registration, and the fresh-process check of those recordings
+                   "tests/fixtures/checkpoints-custom/custom_models_src/my_models.py": {"ray"},
+                   "tests/fixtures/checkpoints-custom/custom_models_src/register_my_models.py": {"ray"},
+                   "scripts/check_rllib_checkpoint.py": {"ray"}}
 # The --trust-code exporter imports ray only there, inside the functions that restore a
 # checkpoint's code (the user's environment has it; rlserve neither installs nor needs it).
 RLLIB_SIDE = {"models/traced/loader.py": {"ray"}, "models/traced/export.py": {"ray"},
