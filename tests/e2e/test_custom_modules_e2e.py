@@ -242,6 +242,39 @@ def test_the_observations_mask_and_the_requests_mask_both_hold(
     assert "action_mask" in str(nothing["error"]) and len(str(nothing)) < 2000
 
 
+def _multi_agent_cases() -> list[str]:
+    return [c for c in case_ids("custom") if load_case(c).multi_agent and not _explores_otherwise(c)]
+
+
+@pytest.mark.parametrize("case_id", _multi_agent_cases() or ["<none>"])
+def test_a_multi_agent_checkpoint_of_custom_modules_exports_as_a_policy_set(case_id: str, tmp_path: Path) -> None:
+    """Every agent of RLlib's recorded rows answers as RLlib did through one agents/act request,
+    the members (reaching a shared encoder through their MultiRLModule) traced into one set,
+    the mapping given as data."""
+    _require(case_id, "multi-agent")
+    case = load_case(case_id)
+    fixed = case.reference["fixed"]
+    agents = {k.removeprefix("agent_"): v["module_id"] for k, v in fixed.items() if k.startswith("agent_")}
+    repo = tmp_path / "repository"
+    argv = [*rlserve_in_ray_env(), "export", str(case.checkpoint), "--trust-code", "--out", str(repo / "team"),
+            "--quiet", *(a for agent, module in agents.items() for a in ("--map", f"{agent}={module}"))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (repo / "team" / "policies").iterdir()) == sorted(set(agents.values()))
+    with running_server(["--policy-set", str(repo / "team")]) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        for i, row in enumerate(fixed["obs"][:25]):
+            body = {"explore": False, "outputs": ["dist_inputs"],
+                    "agents": {agent: {"observation": row[agent]} for agent in agents}}
+            response = client.post("/v1/models/team/agents/act", json=body)
+            assert response.status_code == 200, response.text
+            for agent, answer in response.json()["agents"].items():
+                recorded = case.fixed(agent)
+                where = f"{case_id} row {i} agent {agent}"
+                assert_close(answer["dist_inputs"], recorded["action_dist_inputs"][i], f"{where}: dist inputs")
+                assert _flat(answer["action"]) == _flat(_row(recorded, "action", i)), where
+
+
 def test_the_cases_folder_is_found() -> None:
     assert Path(custom_modules_dir()).is_dir() and _pairs(), f"no custom-module cases in {custom_modules_dir()}"
     assert case_ids("custom")
