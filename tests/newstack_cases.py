@@ -45,6 +45,44 @@ def _shared(variable: str, folder: str) -> Path:
     return (REPO_ROOT / ".." / "shared" / "oracle" / folder).resolve()
 
 
+def json_leaves(value: Any) -> list[float]:
+    """A JSON action (or recorded row) as its leaves in RLlib's order (Dict keys sorted)."""
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in json_leaves(value[k])]
+    return np.ravel(np.asarray(value, np.float64)).tolist()
+
+
+def json_row(fixed: dict[str, Any], key: str, i: int) -> Any:
+    """Row ``i`` of a recorded ``fixed`` field as JSON (a Dict field per key)."""
+    value = fixed[key]
+    if isinstance(value, dict):
+        return {k: json_row(value, k, i) for k in value}
+    return np.asarray(value[i]).tolist()
+
+
+def episode_step_body(episode: dict[str, Any], t: int, session: str, **extra: Any) -> dict[str, Any]:
+    """The act body of a recorded episode's step ``t`` in a session: the observation, and after
+    the first step what RLlib's episode holds (its sampled action and the reward it got)."""
+    body: dict[str, Any] = {"observation": episode["obs"][t], "session_id": session, "explore": False, **extra}
+    if t == 0:
+        body["episode_start"] = True
+    else:
+        body["prev_action"] = episode["action"][t - 1]
+        body["reward"] = episode["reward"][t - 1]
+    return body
+
+
+def check_value_and_logp(got: dict[str, Any], j: int, fixed: dict[str, Any], i: int, where: str) -> None:
+    """A batch answer's row ``j`` against recorded row ``i``: the value (null where the module has
+    no value function) and the logp of the deterministic action."""
+    if "value" in fixed:
+        assert_close(got["value"][j], fixed["value"][i], f"{where}: value")
+    else:
+        assert got["value"][j] is None, f"{where}: a module without a value function answers null"
+    if "logp" in fixed:
+        assert_close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
+
+
 def newstack_dir() -> Path:
     return _shared("RLSERVE_NEWSTACK_DIR", "newstack")
 

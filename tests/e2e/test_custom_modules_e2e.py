@@ -25,7 +25,17 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from newstack_cases import assert_close, case_ids, custom_modules_dir, episode_ids, load_case
+from newstack_cases import (
+    assert_close,
+    case_ids,
+    check_value_and_logp,
+    custom_modules_dir,
+    episode_ids,
+    episode_step_body,
+    json_leaves,
+    json_row,
+    load_case,
+)
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
 from server_process import ServerProcess, running_server
 from traced_exports import export_traced, rlserve_in_ray_env
@@ -130,19 +140,6 @@ def _act(client: httpx.Client, name: str, body: dict[str, Any], status: int = 20
     return response.json()
 
 
-def _flat(value: Any) -> list[float]:
-    if isinstance(value, dict):
-        return [x for k in sorted(value) for x in _flat(value[k])]
-    return np.ravel(np.asarray(value, np.float64)).tolist()
-
-
-def _row(fixed: dict[str, Any], key: str, i: int) -> Any:
-    value = fixed[key]
-    if isinstance(value, dict):
-        return {k: _row(value, k, i) for k in value}
-    return np.asarray(value[i]).tolist()
-
-
 @pytest.mark.parametrize(("case_id", "module_id"), _pairs() or [("<none>", "")])
 def test_fixed_observations_over_http(server: httpx.Client, repository: Path, case_id: str, module_id: str) -> None:
     case = load_case(case_id)
@@ -156,27 +153,16 @@ def test_fixed_observations_over_http(server: httpx.Client, repository: Path, ca
                                                          "outputs": ["raw_action", "value", "dist_inputs"]})
         for j, i in enumerate(range(start, start + len(got["actions"]))):
             where = f"{case_id}:{module_id} fixed[{i}]"
-            assert_close(_flat(got["raw_action"][j]), _flat(_row(fixed, "action", i)), f"{where}: module action")
-            assert_close(_flat(got["actions"][j]), _flat(_row(fixed, "action_for_env", i)), f"{where}: env action")
+            for answer, recorded in (("raw_action", "action"), ("actions", "action_for_env")):
+                assert_close(json_leaves(got[answer][j]), json_leaves(json_row(fixed, recorded, i)),
+                             f"{where}: {answer}")
             if not folded:
                 assert_close(got["dist_inputs"][j], fixed["action_dist_inputs"][i], f"{where}: dist inputs")
-            if "value" in fixed:
-                assert_close(got["value"][j], fixed["value"][i], f"{where}: value")
-            else:
-                assert got["value"][j] is None, f"{where}: a module without a value function answers null"
-            if "logp" in fixed:
-                assert_close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
+            check_value_and_logp(got, j, fixed, i, where)
 
 
 def _episode_step(client: httpx.Client, name: str, session: str, episode: dict[str, Any], t: int) -> None:
-    body: dict[str, Any] = {"observation": episode["obs"][t], "session_id": session, "explore": False, "step": t,
-                            "outputs": ["value", "dist_inputs"]}
-    if t == 0:
-        body["episode_start"] = True
-    else:  # what RLlib's episode holds: its sampled action and the reward it got
-        body["prev_action"] = episode["action"][t - 1]
-        body["reward"] = episode["reward"][t - 1]
-    got = _act(client, name, body)
+    got = _act(client, name, episode_step_body(episode, t, session, step=t, outputs=["value", "dist_inputs"]))
     where = f"{name} step {t}"
     if "action_dist_inputs" in episode:
         assert_close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{where}: dist inputs")
@@ -272,7 +258,7 @@ def test_a_multi_agent_checkpoint_of_custom_modules_exports_as_a_policy_set(case
                 recorded = case.fixed(agent)
                 where = f"{case_id} row {i} agent {agent}"
                 assert_close(answer["dist_inputs"], recorded["action_dist_inputs"][i], f"{where}: dist inputs")
-                assert _flat(answer["action"]) == _flat(_row(recorded, "action", i)), where
+                assert json_leaves(answer["action"]) == json_leaves(json_row(recorded, "action", i)), where
 
 
 def test_the_cases_folder_is_found() -> None:

@@ -28,7 +28,18 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from newstack_cases import NewStackCase, assert_close, episode_ids, load_case, module_pairs, newstack_dir
+from newstack_cases import (
+    NewStackCase,
+    assert_close,
+    check_value_and_logp,
+    episode_ids,
+    episode_step_body,
+    json_leaves,
+    json_row,
+    load_case,
+    module_pairs,
+    newstack_dir,
+)
 from server_process import rlserve_command, running_server
 
 from rlserve.models.export.bundle import load_bundle
@@ -71,15 +82,8 @@ def _act(client: httpx.Client, name: str, body: dict[str, Any]) -> dict[str, Any
     return response.json()
 
 
-def _flat(value: Any) -> list[float]:
-    """A JSON action as its leaves in RLlib's order (Dict keys sorted)."""
-    if isinstance(value, dict):
-        return [x for k in sorted(value) for x in _flat(value[k])]
-    return np.ravel(np.asarray(value, np.float64)).tolist()
-
-
 def _same(actual: Any, expected: Any, what: str) -> None:
-    assert_close(_flat(actual), _flat(expected), what)
+    assert_close(json_leaves(actual), json_leaves(expected), what)
 
 
 def _agent_of(case: NewStackCase, module_id: str) -> str | None:
@@ -87,13 +91,6 @@ def _agent_of(case: NewStackCase, module_id: str) -> str | None:
         return None
     return next(k.removeprefix("agent_") for k, v in case.reference["fixed"].items()
                 if k.startswith("agent_") and v["module_id"] == module_id)
-
-
-def _row(fixed: dict[str, Any], key: str, i: int) -> Any:
-    value = fixed[key]
-    if isinstance(value, dict):
-        return {k: _row(value, k, i) for k in value}
-    return np.asarray(value[i]).tolist()
 
 
 @pytest.mark.parametrize(("case_id", "module_id"), module_pairs() or [("<none>", "")])
@@ -108,16 +105,11 @@ def test_fixed_observations_over_http(server: httpx.Client, case_id: str, module
                                                          "explore": False, "outputs": outputs})
         for j, i in enumerate(range(start, start + len(got["actions"]))):
             where = f"{case_id}:{module_id} fixed[{i}]"
-            _same(got["raw_action"][j], _row(fixed, "action", i), f"{where}: module action")
-            _same(got["actions"][j], _row(fixed, "action_for_env", i), f"{where}: action for the env")
+            _same(got["raw_action"][j], json_row(fixed, "action", i), f"{where}: module action")
+            _same(got["actions"][j], json_row(fixed, "action_for_env", i), f"{where}: action for the env")
             reference = fixed["q_values"] if q_policy else fixed["action_dist_inputs"]
             assert_close(got["q_values" if q_policy else "dist_inputs"][j], reference[i], f"{where}: dist inputs")
-            if "value" in fixed:
-                assert_close(got["value"][j], fixed["value"][i], f"{where}: value")
-            else:
-                assert got["value"][j] is None, f"{where}: a module without a value function answers null"
-            if "logp" in fixed:
-                assert_close(got["logp"][j], fixed["logp"][i], f"{where}: logp of the deterministic action")
+            check_value_and_logp(got, j, fixed, i, where)
 
 
 @pytest.mark.parametrize("case_id", episode_ids() or ["<none>"])
@@ -125,15 +117,8 @@ def test_episode_over_http_in_a_session(server: httpx.Client, case_id: str) -> N
     case = load_case(case_id)
     episode = case.reference["episode"]
     name, session = _name(case_id, case.module_ids[0]), f"episode-{case.path.name}"
-    for t, obs in enumerate(episode["obs"]):
-        body: dict[str, Any] = {"observation": obs, "session_id": session, "explore": False,
-                                "outputs": ["raw_action", "value", "dist_inputs"]}
-        if t == 0:
-            body["episode_start"] = True
-        else:  # what RLlib's episode holds: its sampled action and the reward it got
-            body["prev_action"] = episode["action"][t - 1]
-            body["reward"] = episode["reward"][t - 1]
-        got = _act(server, name, body)
+    for t in range(len(episode["obs"])):
+        got = _act(server, name, episode_step_body(episode, t, session, outputs=["raw_action", "value", "dist_inputs"]))
         where = f"{case_id} step {t}"
         assert_close(got["dist_inputs"], episode["action_dist_inputs"][t], f"{where}: dist inputs")
         assert_close(got["value"], episode["full_module_replay"]["value"][t], f"{where}: value")
