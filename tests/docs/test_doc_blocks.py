@@ -7,9 +7,10 @@ language, or exempted with a reason nobody wrote down.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 
-from doc_blocks import DESCRIPTIVE, NOT_RUN, REPO, RUNNABLE, all_blocks, doc_pages
+from doc_blocks import DESCRIPTIVE, NOT_RUN, REPO, RUNNABLE, all_blocks, doc_pages, runnable_blocks
+from doc_session import logical_lines
 
 # Every exempt block of every page; raise it only with a reason in NOT_RUN (25-27: the soak, the
 # GPU benchmark and the GPU image's container check; 28-29: experience.md's BC run on a log and
@@ -56,3 +57,17 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     install, test = readme[1].text.strip().split(" && ")
     ci = (REPO / ".ci" / "run").read_text()
     assert install in ci and test in ci
+
+
+def test_no_two_pages_export_to_the_same_folder() -> None:
+    """A reader follows one page after another in one checkout: a second page's `rlserve export
+    --out DIR` onto a folder an earlier page exported to fails as written (without --force)."""
+    pages: defaultdict[str, set[str]] = defaultdict(set)
+    for page in doc_pages():
+        for block in runnable_blocks(page):
+            for _, line in logical_lines(block.text):
+                out = re.search(r"\brlserve export\b.*?--out[ =](\S+)", line)
+                if out is not None and "--force" not in line:
+                    pages[out[1]].add(page.relative_to(REPO).as_posix())
+    shared = {folder: sorted(names) for folder, names in pages.items() if len(names) > 1}
+    assert not shared, f"pages exporting to the same --out folder (give each its own): {shared}"
