@@ -165,7 +165,7 @@ def _extras(settings: Settings, given: Collection[str]) -> list[str]:
 
 
 def _paths(settings: Settings, given: Collection[str]) -> list[str]:
-    from rlserve.service.serving.checkpoints import parse_checkpoint_arg
+    from rlserve.service.serving.checkpoints import not_servable, parse_checkpoint_arg
 
     lines = []
     repo = settings.repository
@@ -175,9 +175,10 @@ def _paths(settings: Settings, given: Collection[str]) -> list[str]:
                      f"({what} is there)")
     for spec in settings.checkpoints:
         path = parse_checkpoint_arg(spec)[1]
-        if not path.exists():
-            lines.append(f"{setting_name('checkpoints', given)} {spec}: expected an RLlib checkpoint directory, "
-                         f"received {str(path)!r} (nothing is there)")
+        why = (f"expected an RLlib checkpoint directory, received {str(path)!r} (nothing is there)"
+               if not path.exists() else not_servable(path))
+        if why is not None:
+            lines.append(f"{setting_name('checkpoints', given)} {spec}: {why}")
     lines += _experience_folder(settings, given)
     for spec in settings.policy_sets:
         path = parse_checkpoint_arg(spec)[1]

@@ -105,6 +105,14 @@ def test_a_checkpoint_that_does_not_exist(tmp_path: Path) -> None:
     assert line.startswith("rlserve serve: --checkpoint mine=") and "expected an RLlib checkpoint directory" in line
 
 
+def test_a_multi_policy_checkpoint_is_refused_with_what_serve_accepts(tmp_path: Path) -> None:
+    """Not `--module-id`, which `serve` does not take: a policy set, or one policy's directory."""
+    checkpoint = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_rps_multiagent" / "checkpoint"
+    line = refused(["--checkpoint", f"rps={checkpoint}"], _env(tmp_path))
+    assert "holds 2 policies (p0, p1)" in line and f"--policy-set NAME={checkpoint}" in line, line
+    assert "--module-id" not in line and "--policy-id" not in line
+
+
 def test_a_session_store_that_does_not_answer(tmp_path: Path) -> None:
     socket_path = tmp_path / "redis.sock"  # nothing listens there
     line = refused([], _env(tmp_path, RLSERVE_SESSION_STORE=f"unix://{socket_path}"))
