@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 
 from rlserve.models.checkpoint import CheckpointError
-from rlserve.models.export.bundle import Bundle, BundleError, load_bundle
+from rlserve.models.export.bundle import MANIFEST_NAME, Bundle, BundleError, load_bundle
 from rlserve.models.export.names import NAME_RULE, name_problem
 from rlserve.models.export.policy_set_export import checkpoint_policy_ids
 from rlserve.models.newstack import is_new_stack
-from rlserve.models.newstack.layout import RL_MODULE_DIR
+from rlserve.models.newstack.layout import CTOR_FILE, RL_MODULE_DIR
 from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving import export_cache
 from rlserve.service.settings import Settings
@@ -40,12 +40,33 @@ def is_checkpoint(path: Path) -> bool:
 
 def not_servable(path: Path) -> str | None:
     """Why ``rlserve serve --checkpoint`` cannot serve the directory ``path`` as one model,
-    told from its files before anything loads (None when it may be): a checkpoint of
-    several policies."""
+    told from its files before anything loads (None when it may be): no RLlib checkpoint is
+    there (a folder above one, usually), or a checkpoint of several policies."""
     if is_checkpoint(path):
         several = several_policies(path, str(path))
         return None if several is None else f"expected an RLlib checkpoint of one policy, received {several}"
-    return None
+    if not path.is_dir() or (path / MANIFEST_NAME).is_file():
+        return None  # an archive or a bundle: --checkpoint serves those too
+    below = _checkpoints_below(path)
+    hint = (f"; the folder below, {str(below[0])!r}, looks like one: pass it" if len(below) == 1 else
+            f"; these folders below look like one: {', '.join(repr(str(p)) for p in below)}" if below else
+            f" ({CHECKPOINT_MARKER} or {CTOR_FILE}), nor any folder below it")
+    return f"expected an RLlib checkpoint directory, received {str(path)!r}: no RLlib checkpoint is there{hint}"
+
+
+def _checkpoints_below(path: Path, depth: int = 2, most: int = 3) -> list[Path]:
+    """The checkpoint directories in the ``depth`` levels under ``path`` (hidden ones skipped)."""
+    found: list[Path] = []
+    level = [path]
+    for _ in range(depth):
+        try:
+            children = sorted(c for folder in level for c in folder.iterdir()
+                              if c.is_dir() and not c.name.startswith("."))
+        except OSError:
+            break
+        found += [c for c in children if is_checkpoint(c)]
+        level = [c for c in children if not is_checkpoint(c)]
+    return found[:most]
 
 
 def several_policies(path: Path, shown: str) -> str | None:

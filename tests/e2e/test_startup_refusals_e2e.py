@@ -113,6 +113,12 @@ def test_a_multi_policy_checkpoint_is_refused_with_what_serve_accepts(tmp_path: 
     assert "--module-id" not in line and "--policy-id" not in line
 
 
+def test_a_folder_above_the_checkpoint_names_the_checkpoint_below(tmp_path: Path) -> None:
+    """Not 'no manifest.json': the folder holds no checkpoint, the one below does."""
+    line = refused(["--checkpoint", f"my-policy={CHECKPOINT.parent}"], _env(tmp_path))
+    assert "no RLlib checkpoint is there" in line and repr(str(CHECKPOINT)) in line and "manifest" not in line, line
+
+
 def test_a_session_store_that_does_not_answer(tmp_path: Path) -> None:
     socket_path = tmp_path / "redis.sock"  # nothing listens there
     line = refused([], _env(tmp_path, RLSERVE_SESSION_STORE=f"unix://{socket_path}"))

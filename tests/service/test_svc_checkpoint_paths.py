@@ -4,6 +4,8 @@ anything loads, saying what `serve` itself accepts instead.
 - a checkpoint of several policies (either stack): a policy set (`--policy-set` with a
   mapping) or one policy's own directory; never `--module-id`/`--policy-id`, which only
   `rlserve export` takes;
+- a folder above the checkpoint (the fixture's layout, `.../ppo_cartpole_msgpack/checkpoint`):
+  no RLlib checkpoint is there, and the folder below that looks like one is named.
 """
 
 from __future__ import annotations
@@ -61,6 +63,24 @@ def test_a_multi_policy_checkpoint_in_a_repository_says_the_same(tmp_path: Path)
     message = info.value.message
     assert "holds 2 policies (p0, p1)" in message and "--policy-set" in message, message
     assert "--module-id" not in message and "--policy-id" not in message
+
+
+def test_a_folder_above_the_checkpoint_names_the_one_below() -> None:
+    above = CHECKPOINTS / "ppo_cartpole_msgpack"
+    line = _refusal(f"mine={above}")
+    assert line == (f"--checkpoint mine={above}: expected an RLlib checkpoint directory, received {str(above)!r}: "
+                    f"no RLlib checkpoint is there; the folder below, {str(above / 'checkpoint')!r}, looks like "
+                    "one: pass it")
+    line = _refusal(str(CHECKPOINTS))  # two levels above: several, each named
+    assert "no RLlib checkpoint is there; these folders below look like one: " in line
+    assert repr(str(above / "checkpoint")) in line and "manifest" not in line
+
+
+def test_a_folder_with_no_checkpoint_anywhere_below(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    line = _refusal(str(tmp_path))
+    assert line.endswith("no RLlib checkpoint is there (rllib_checkpoint.json or class_and_ctor_args.pkl), "
+                         "nor any folder below it"), line
 
 
 def test_a_bundle_and_a_single_policy_checkpoint_pass_the_check() -> None:
