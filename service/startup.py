@@ -18,7 +18,6 @@ the requests that need it, as before, and stateless requests are still served.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -27,14 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from rlserve.models.extras import EXPERIENCE_EXTRA, TORCH_EXTRA, missing
 from rlserve.service.settings import PREFIX, Settings, UnknownSetting
 
 # The settings `rlserve serve` also takes as flags (a refusal names the one the user gave).
 FLAGS = {"repository": "--repository", "checkpoints": "--checkpoint", "host": "--host", "port": "--port",
          "grpc_port": "--grpc-port", "log_level": "--log-level", "workers": "--workers",
          "device": "--device", "policy_sets": "--policy-set"}
-TORCH_EXTRA = ("torch", "onnx", "onnxscript")  # what exporting a checkpoint imports ([torch])
-EXPERIENCE_EXTRA = ("pyarrow", "msgpack")  # what the experience log writes with ([experience])
 _SHOWN = 60  # characters of a received value a refusal repeats
 
 
@@ -128,18 +126,6 @@ def check_start(settings: Settings, given: Collection[str]) -> None:
         lines += _store(settings)
     if lines:
         raise StartRefused(lines)
-
-
-def missing(modules: tuple[str, ...]) -> list[str]:
-    """The modules of ``modules`` that cannot be imported (looked up, not imported: torch takes seconds)."""
-    return [name for name in modules if not _findable(name)]
-
-
-def _findable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a finder that refuses it, a module without a spec
-        return False
 
 
 def _extras(settings: Settings, given: Collection[str]) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.out_folder import OutFolderError, replacing
 from rlserve.models.export.set_cli import SetInputError, add_set_arguments, export_set, format_policy_set, wants_set
+from rlserve.models.extras import TORCH_EXTRA, missing
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -93,6 +94,11 @@ class ExportSpec:
 
 def export_main(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
+    lacking = missing(TORCH_EXTRA)
+    if lacking:  # every export runs the model in eager torch and writes ONNX
+        print("rlserve export: error: exporting needs the [torch] extra (pip install 'rlserve[torch]'); not "
+              f"installed: {', '.join(lacking)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
         with replacing(args.out, args.force):
