@@ -18,8 +18,10 @@ the requests that need it, as before, and stateless requests are still served.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import socket
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -226,3 +228,26 @@ def _store(settings: Settings) -> list[str]:
         return [f"{PREFIX}SESSION_STORE: expected a Redis or Valkey server answering at {redacted(url)}, "
                 f"received {type(exc).__name__}: {reason}"]
     return []
+
+
+def listening_socket(settings: Settings, given: Collection[str]) -> socket.socket:
+    """The HTTP port, bound now, before any model loads (uvicorn, or the workers, serve on
+    it): a port another program holds is a refusal in one line, not an error after every
+    model has loaded (minutes, for checkpoints to export)."""
+    host, port = settings.host, settings.port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno == errno.EADDRINUSE:
+            line = (f"{setting_name('port', given)}: expected a port no other program listens on at {host}, "
+                    f"received {port} ({reason}: stop that program, or choose another port)")
+        else:
+            line = (f"{setting_name('host', given)}: expected an address of this machine to listen on, "
+                    f"received {shown(host)} ({reason})")
+        raise StartRefused([line]) from None
+    sock.set_inheritable(True)  # --workers: each worker process serves it
+    return sock

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import textwrap
 from pathlib import Path
@@ -117,6 +118,20 @@ def test_a_folder_above_the_checkpoint_names_the_checkpoint_below(tmp_path: Path
     """Not 'no manifest.json': the folder holds no checkpoint, the one below does."""
     line = refused(["--checkpoint", f"my-policy={CHECKPOINT.parent}"], _env(tmp_path))
     assert "no RLlib checkpoint is there" in line and repr(str(CHECKPOINT)) in line and "manifest" not in line, line
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_refused_before_anything_loads(tmp_path: Path, workers: str) -> None:
+    """Not exit 3 after every model loaded: the port is bound first, so the one line is all
+    that is printed (loading a model logs)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = refused(["--port", str(port), "--workers", workers, "--checkpoint", f"my-policy={CHECKPOINT}"],
+                       _env(tmp_path))
+    assert line == (f"rlserve serve: --port: expected a port no other program listens on at 127.0.0.1, received "
+                    f"{port} (Address already in use: stop that program, or choose another port)")
 
 
 def test_a_session_store_that_does_not_answer(tmp_path: Path) -> None:
