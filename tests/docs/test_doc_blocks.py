@@ -7,6 +7,7 @@ language, or exempted with a reason nobody wrote down.
 from __future__ import annotations
 
 import re
+import tomllib
 from collections import Counter, defaultdict
 
 from doc_blocks import DESCRIPTIVE, NOT_RUN, REPO, RUNNABLE, all_blocks, doc_pages, runnable_blocks
@@ -57,6 +58,21 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     install, test = readme[1].text.strip().split(" && ")
     ci = (REPO / ".ci" / "run").read_text()
     assert install in ci and test in ci
+
+
+def test_the_readme_says_how_long_the_suite_takes_and_how_to_run_a_part() -> None:
+    """The test command is exempt from the runner; its duration and a quicker command that
+    works (folders that exist, markers pytest knows) are written beside it."""
+    text = (REPO / "README.md").read_text()
+    assert re.search(r"whole\s+suite\s+takes\s+about\s+\d+\s+to\s+\d+\s+minutes", text), "say how long the suite takes"
+    commands = [command.split()[3:] for command in re.findall(r"`(python -m pytest [^`]+)`", text)]
+    # What is left once the options and their values (-p no:cacheprovider, -n 0) are taken out.
+    folders = [arg for args in commands for before, arg in zip(["", *args], args, strict=False)
+               if not arg.startswith("-") and before not in ("-p", "-n", "-m", "-k")]
+    assert folders and all((REPO / folder).is_dir() for folder in folders), folders
+    markers = re.findall(r'`-m "not (\w+)"`', text)
+    known = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    assert markers and all(any(m.startswith(f"{name}:") for m in known) for name in markers), markers
 
 
 def test_no_two_pages_export_to_the_same_folder() -> None:
