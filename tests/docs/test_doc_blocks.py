@@ -87,3 +87,17 @@ def test_no_two_pages_export_to_the_same_folder() -> None:
                     pages[out[1]].add(page.relative_to(REPO).as_posix())
     shared = {folder: sorted(names) for folder, names in pages.items() if len(names) > 1}
     assert not shared, f"pages exporting to the same --out folder (give each its own): {shared}"
+
+
+def test_every_example_finds_the_server_at_rlserve_url() -> None:
+    """A reader whose server is on another address exports RLSERVE_URL and pastes the examples:
+    each address of the documented server in a command or an example is RLSERVE_URL with the
+    default shown (`${RLSERVE_URL:-http://127.0.0.1:8000}`, `os.environ.get("RLSERVE_URL", ...)`)."""
+    address = re.compile(r"(?:https?://)?(?:127\.0\.0\.1|localhost):8000\b")
+    honoured = ("${RLSERVE_URL:-", 'os.environ.get("RLSERVE_URL", "')
+    fixed = [f"{block.page}:{block.line + number}: {line.strip()[:100]}"
+             for page in doc_pages() for block in runnable_blocks(page)
+             for number, line in enumerate(block.text.splitlines(), 1)
+             for match in address.finditer(line) if not line[:match.start()].endswith(honoured)]
+    assert not fixed, "examples with the address written in (use ${RLSERVE_URL:-http://127.0.0.1:8000}):\n" + \
+        "\n".join(fixed)
