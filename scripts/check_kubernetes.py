@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import re
 import shutil
@@ -34,8 +35,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
-import yaml
+# What the check imports, all from the test extra: without them, one line naming it (exit 2).
+TEST_EXTRA_MODULES = ("kubernetes_validate", "yaml", "kserve", "kubernetes")
+
+
+def _not_installed(modules: tuple[str, ...]) -> list[str]:
+    def findable(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses it, a module without a spec
+            return False
+
+    return [name for name in modules if not findable(name)]
+
+
+if _not_installed(TEST_EXTRA_MODULES):
+    print(f"{Path(__file__).name}: needs the [test] extra (pip install -e '.[test]'); not installed: "
+          f"{', '.join(_not_installed(TEST_EXTRA_MODULES))}", file=sys.stderr)
+    sys.exit(2)
+
+import kubernetes_validate  # noqa: E402
+import yaml  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "docker" / "kubernetes"

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from rlserve.service.errors import bound_log_lines
 from rlserve.service.settings import Settings
-from rlserve.service.startup import StartRefused, check_start, load_settings
+from rlserve.service.startup import StartRefused, check_start, listening_socket, load_settings
 
 # The exit status of a start that was refused: invalid settings or flags, a missing extra or
 # path, an unreachable session store (service/startup.py), or a --checkpoint that does not
@@ -86,6 +86,7 @@ def serve_main(argv: list[str] | None = None) -> int:
                 return STARTUP_REFUSED
         settings = load_settings(overrides)
         check_start(settings, given=overrides)
+        sock = listening_socket(settings, given=overrides)
     except StartRefused as exc:
         for line in exc.lines:
             print(f"rlserve serve: {line}", file=sys.stderr)
@@ -95,13 +96,21 @@ def serve_main(argv: list[str] | None = None) -> int:
         if settings.workers > 1:
             from rlserve.service.workers import run_workers
 
-            return run_workers(settings)
-        return serve(settings)
+            return run_workers(settings, sock)
+        return serve(settings, [sock], announce=True)
     except Exception as exc:  # a failure that is no refusal of the input: one line unless asked for more
         if args.traceback or settings.log_level == "debug":
             raise
         print(f"rlserve serve: the start failed: {one_line(exc)} (--traceback shows the details)", file=sys.stderr)
         return 1
+    finally:
+        sock.close()
+
+
+def http_address(sock: socket.socket) -> str:
+    """``http://host:port`` of a bound socket (the port it got, for --port 0)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def one_line(exc: BaseException) -> str:
@@ -129,8 +138,10 @@ def settle_heap() -> None:
     gc.set_threshold(20_000, 10, 10)
 
 
-def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int:
-    """Run one server process (on ``sockets`` when a supervisor bound them) until it stops."""
+def serve(settings: Settings, sockets: list[socket.socket] | None = None, *, announce: bool = False) -> int:
+    """Run one server process until it stops: on ``sockets`` when they were bound already
+    (by ``serve_main``, or a supervisor of workers), else on the settings' host and port.
+    ``announce``: log the address once it serves, as uvicorn does for a port it binds."""
     configure_logging(settings)
     import uvicorn
 
@@ -155,7 +166,7 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> int
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             access_log=False, workers=1, lifespan="on", http=http)
     bound_log_lines("uvicorn", "uvicorn.error", "uvicorn.access")  # the handlers uvicorn.Config installed
-    server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s)
+    server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s, announce)
     if sockets is None:
         server.run()
     else:
@@ -169,11 +180,18 @@ def _draining_server(base: type) -> type:
         /readyz answers 503 (so load balancers stop sending) while requests are still
         answered for ``drain_s`` seconds; then uvicorn stops accepting and finishes."""
 
-        def __init__(self, config: Any, app: Any, drain_s: float):
+        def __init__(self, config: Any, app: Any, drain_s: float, announce: bool):
             super().__init__(config)
             self._app = app
             self._drain_s = drain_s
             self._drain_until: float | None = None
+            self._announce = announce
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if sockets and self._announce and self.started:  # uvicorn says it only for a port it bound
+                logging.getLogger("uvicorn.error").info("Uvicorn running on %s (Press CTRL+C to quit)",
+                                                        http_address(sockets[0]))
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             self._app.state.draining = True

@@ -18,23 +18,23 @@ the requests that need it, as before, and stateless requests are still served.
 
 from __future__ import annotations
 
-import importlib.util
+import errno
 import os
 import re
+import socket
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from rlserve.models.extras import EXPERIENCE_EXTRA, TORCH_EXTRA, missing
 from rlserve.service.settings import PREFIX, Settings, UnknownSetting
 
 # The settings `rlserve serve` also takes as flags (a refusal names the one the user gave).
 FLAGS = {"repository": "--repository", "checkpoints": "--checkpoint", "host": "--host", "port": "--port",
          "grpc_port": "--grpc-port", "log_level": "--log-level", "workers": "--workers",
          "device": "--device", "policy_sets": "--policy-set"}
-TORCH_EXTRA = ("torch", "onnx", "onnxscript")  # what exporting a checkpoint imports ([torch])
-EXPERIENCE_EXTRA = ("pyarrow", "msgpack")  # what the experience log writes with ([experience])
 _SHOWN = 60  # characters of a received value a refusal repeats
 
 
@@ -130,18 +130,6 @@ def check_start(settings: Settings, given: Collection[str]) -> None:
         raise StartRefused(lines)
 
 
-def missing(modules: tuple[str, ...]) -> list[str]:
-    """The modules of ``modules`` that cannot be imported (looked up, not imported: torch takes seconds)."""
-    return [name for name in modules if not _findable(name)]
-
-
-def _findable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a finder that refuses it, a module without a spec
-        return False
-
-
 def _extras(settings: Settings, given: Collection[str]) -> list[str]:
     lines = []
     if settings.session_store is not None and missing(("redis",)):
@@ -165,7 +153,7 @@ def _extras(settings: Settings, given: Collection[str]) -> list[str]:
 
 
 def _paths(settings: Settings, given: Collection[str]) -> list[str]:
-    from rlserve.service.serving.checkpoints import parse_checkpoint_arg
+    from rlserve.service.serving.checkpoints import not_servable, parse_checkpoint_arg
 
     lines = []
     repo = settings.repository
@@ -175,9 +163,10 @@ def _paths(settings: Settings, given: Collection[str]) -> list[str]:
                      f"({what} is there)")
     for spec in settings.checkpoints:
         path = parse_checkpoint_arg(spec)[1]
-        if not path.exists():
-            lines.append(f"{setting_name('checkpoints', given)} {spec}: expected an RLlib checkpoint directory, "
-                         f"received {str(path)!r} (nothing is there)")
+        why = (f"expected an RLlib checkpoint directory, received {str(path)!r} (nothing is there)"
+               if not path.exists() else not_servable(path))
+        if why is not None:
+            lines.append(f"{setting_name('checkpoints', given)} {spec}: {why}")
     lines += _experience_folder(settings, given)
     for spec in settings.policy_sets:
         path = parse_checkpoint_arg(spec)[1]
@@ -239,3 +228,26 @@ def _store(settings: Settings) -> list[str]:
         return [f"{PREFIX}SESSION_STORE: expected a Redis or Valkey server answering at {redacted(url)}, "
                 f"received {type(exc).__name__}: {reason}"]
     return []
+
+
+def listening_socket(settings: Settings, given: Collection[str]) -> socket.socket:
+    """The HTTP port, bound now, before any model loads (uvicorn, or the workers, serve on
+    it): a port another program holds is a refusal in one line, not an error after every
+    model has loaded (minutes, for checkpoints to export)."""
+    host, port = settings.host, settings.port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno == errno.EADDRINUSE:
+            line = (f"{setting_name('port', given)}: expected a port no other program listens on at {host}, "
+                    f"received {port} ({reason}: stop that program, or choose another port)")
+        else:
+            line = (f"{setting_name('host', given)}: expected an address of this machine to listen on, "
+                    f"received {shown(host)} ({reason})")
+        raise StartRefused([line]) from None
+    sock.set_inheritable(True)  # --workers: each worker process serves it
+    return sock

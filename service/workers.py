@@ -1,6 +1,7 @@
 """``rlserve serve --workers N``: N server processes on one listening socket.
 
-The parent binds the socket once and starts N worker processes (spawned, not forked:
+The parent holds the socket (bound once by ``serve_main`` before anything loads, so a port in
+use is refused at once) and starts N worker processes (spawned, not forked:
 ONNX Runtime and torch do not survive a fork with their threads) that each run exactly
 what a single ``rlserve serve`` runs, the act protocol class included
 (``rlserve.service.server.serve``), accepting from the shared socket. uvicorn's own
@@ -28,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from rlserve.service.server import STARTUP_REFUSED
+from rlserve.service.server import STARTUP_REFUSED, http_address
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.workers")
@@ -37,9 +38,8 @@ QUICK_EXIT_S = 10.0  # a worker that dies this soon after its start counts as fa
 MAX_QUICK_EXITS = 3
 
 
-def run_workers(settings: Settings) -> int:
-    import uvicorn
-
+def run_workers(settings: Settings, sock: socket.socket) -> int:
+    """Serve ``sock`` (bound by ``serve_main`` before anything loaded) with the workers."""
     context = multiprocessing.get_context("spawn")
     if settings.checkpoints:
         # Exported once, into the export cache, by a process of its own (torch stays out of
@@ -50,9 +50,7 @@ def run_workers(settings: Settings) -> int:
         exporter.join()
         if exporter.exitcode != 0:
             return STARTUP_REFUSED if exporter.exitcode == STARTUP_REFUSED else 1
-    config = uvicorn.Config("rlserve.service.app:create_app", host=settings.host, port=settings.port,
-                            log_level=settings.log_level)
-    sock = config.bind_socket()  # SO_REUSEADDR, inheritable; each worker listens on it
+    log.info("listening on %s with %d workers", http_address(sock), settings.workers)
     stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
@@ -93,7 +91,6 @@ def run_workers(settings: Settings) -> int:
             if process.is_alive():
                 process.kill()
                 process.join()
-        sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status

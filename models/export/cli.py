@@ -1,6 +1,6 @@
 """``rlserve export`` and ``rlserve inspect``.
 
-    rlserve export CHECKPOINT --out DIR [--policy-id/--module-id ID] [--archive]
+    rlserve export CHECKPOINT --out DIR [--policy-id/--module-id ID] [--archive] [--force]
     rlserve export --spec case.json --weights weights.npz --out DIR [--archive]
     rlserve export --obs-space obs.json --action-space act.json --config model.json \\
                    --weights weights.npz [--filter filter.json] --out DIR
@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.out_folder import OutFolderError, replacing
 from rlserve.models.export.set_cli import SetInputError, add_set_arguments, export_set, format_policy_set, wants_set
+from rlserve.models.extras import TORCH_EXTRA, missing
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -73,7 +75,10 @@ def _export_parser() -> argparse.ArgumentParser:
                      help="with --trust-code: import this Python module first (one that registers the checkpoint's "
                      "custom ModelV2 with ModelCatalog.register_custom_model); repeatable")
     out = p.add_argument_group("output")
-    out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty)")
+    out.add_argument("--out", type=Path, required=True, help="bundle directory to create (must not exist or be empty, "
+                     "unless --force)")
+    out.add_argument("--force", action="store_true", help="replace the rlserve export already at --out (a folder "
+                     "that is not one is never replaced)")
     out.add_argument("--archive", action="store_true", help="also write DIR.rlsb, a single-file archive")
     out.add_argument("--formats", default="onnx,torchscript", help="comma-separated: onnx,torchscript")
     out.add_argument("--name", help="bundle name (default: the --out directory name)")
@@ -96,15 +101,21 @@ class ExportSpec:
 
 def export_main(argv: list[str]) -> int:
     args = _export_parser().parse_args(argv)
+    lacking = missing(TORCH_EXTRA)
+    if lacking:  # every export runs the model in eager torch and writes ONNX
+        print("rlserve export: error: exporting needs the [torch] extra (pip install 'rlserve[torch]'); not "
+              f"installed: {', '.join(lacking)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
-        if wants_set(args):
+        with replacing(args.out, args.force):
+            if not wants_set(args):
+                return _export(args, progress)
             written = export_set(args, progress)
-            progress.done()
-            print(f"wrote {written}")
-            return EXIT_OK
-        return _export(args, progress)
-    except (InputError, SetInputError, OSError) as exc:
+        progress.done()
+        print(f"wrote {written}")
+        return EXIT_OK
+    except (InputError, SetInputError, OutFolderError, OSError) as exc:
         progress.done()
         print(f"rlserve export: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

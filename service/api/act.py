@@ -112,7 +112,8 @@ _ERRORS = errors(400, 404, 409, 410, 413, 422, 500, 503,
                  e409="Session bound to another version, or the request's sessions on different versions",
                  e422="Input does not fit the model's spaces, or every action masked",
                  e500="The batch's runtime call failed (batch_failed)",
-                 e503="Queue full (see Retry-After), or the model is being unloaded")
+                 e503="Queue full (see Retry-After), the model is being unloaded, or sessions need a shared "
+                      "store (--workers N without RLSERVE_SESSION_STORE)")
 
 router = APIRouter(tags=["act"])
 

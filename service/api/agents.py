@@ -40,7 +40,9 @@ _OPENAPI_EXTRA = {
 }
 _ERRORS = errors(400, 404, 409, 410, 413, 422, 500, 503, e404="Unknown policy set or episode",
                  e409="An agent's session changed elsewhere, or the episode exists",
-                 e422="An agent's input does not fit its policy's spaces")
+                 e422="An agent's input does not fit its policy's spaces",
+                 e503="Not ready or queue full (see Retry-After), or episodes need a shared store (--workers N "
+                      "without RLSERVE_SESSION_STORE)")
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 

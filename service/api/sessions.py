@@ -47,10 +47,12 @@ def _info(policy: Policy, session: Session, record: SessionRecord | None = None)
 _CREATE_BODY = {"requestBody": {"required": False,
                                  "content": {"application/json": {"schema": CreateSession.model_json_schema()}}}}
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
-_STORE = "Not ready, queue full, or the external session store unavailable (see Retry-After)"
+_STORE = ("Not ready, queue full, or the external session store unavailable (see Retry-After); sessions need a "
+          "shared store (--workers N without RLSERVE_SESSION_STORE)")
 _CREATE_ERRORS = errors(400, 404, 409, 413, 503, e404="Unknown model or version",
-                        e409="A live session has this id", e503="Every session has a request in flight, or the "
-                                                                "external session store is unavailable")
+                        e409="A live session has this id", e503="Every session has a request in flight, the external "
+                                                                "session store is unavailable, or sessions need a "
+                                                                "shared store (--workers N without a store)")
 _LOOKUP_ERRORS = errors(404, 410, 500, 503, e404="Unknown model or session",
                         e500="The external store holds a record this server cannot read", e503=_STORE)
 _IMPORT_ERRORS = errors(400, 404, 409, 413, 422, 503, e404="Unknown model or version",

@@ -5,7 +5,8 @@
 
 ``summary`` prints, per model: transitions, episodes (whole ones: every step from the first
 observation to the last), the return of each episode, the versions that served them, and
-how many steps were taken with ``explore`` off. ``to-json`` writes RLlib's old-stack JSON
+how many steps were taken with ``explore`` off, and the delayed rewards (those whose event id
+no logged step has change nothing, and are counted). ``to-json`` writes RLlib's old-stack JSON
 format (one ``SampleBatch`` per line, one per episode; ``input_="OUT"`` with the old API
 stack's ``JsonReader``).
 """
@@ -69,6 +70,9 @@ def summarize(root: Path, model: str) -> dict[str, Any]:
     versions = Counter(info["version"] for info in infos)
     deterministic = sum(1 for info in infos if not info["explore"])
     whole = [e for e in episodes if e.whole]
+    events = reader.read_form(root, model, "rewards")
+    rewarded = [] if events is None else events.column("event_id").to_pylist()
+    logged = {info["event_id"] for info in infos} | {i for episode in episodes for i in episode.event_ids}
     return {
         "transitions": 0 if table is None else table.num_rows,
         "episodes": len({e.eps_id for e in episodes}),
@@ -78,6 +82,9 @@ def summarize(root: Path, model: str) -> dict[str, Any]:
         "mean_return": round(float(np.mean([e.episode_return for e in whole])), 6) if whole else None,
         "versions": dict(sorted(versions.items())),
         "steps_without_explore": deterministic,
+        "delayed_rewards": len(rewarded),
+        # Rewards for event ids no logged step has (never served, or served unlogged): they change nothing.
+        "unmatched_rewards": sum(event_id not in logged for event_id in rewarded),
     }
 
 
@@ -90,6 +97,9 @@ def _text(report: dict[str, dict[str, Any]]) -> str:
         lines.append(f"  versions: {versions}; steps with explore off: {facts['steps_without_explore']}")
         if facts["mean_return"] is not None:
             lines.append(f"  mean return of whole episodes: {facts['mean_return']}")
+        if facts["delayed_rewards"]:
+            lines.append(f"  delayed rewards: {facts['delayed_rewards']}, {facts['unmatched_rewards']} of them for "
+                         "event ids no logged step has (they change nothing)")
         for eps_id, episode_return in facts["returns"].items():
             lines.append(f"  {eps_id}: return {episode_return}")
     return "\n".join(lines) if lines else "no models in this log"

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlserve.service.experience.event_ids import never_given
 from rlserve.service.experience.recorder import Recorder, env_actions_of
 from rlserve.service.experience.records import ModelLog, RewardEvent
 from rlserve.service.experience.writer import ExperienceWriter
@@ -80,11 +81,15 @@ class ExperienceLog:
                  model.directory)
 
     def rewards(self, name: str, events: list[RewardEvent]) -> bool:
-        """Queue delayed rewards of ``name``'s logged steps; False when the queue dropped them."""
+        """Queue delayed rewards of ``name``'s logged steps; False when the queue dropped them.
+        Those whose event id no answer can have carried are written too, and counted."""
         model = self.model_log(name)
-        if model is None:
+        if model is None or not self.writer.offer_rewards(model, events):
             return False
-        return self.writer.offer_rewards(model, events)
+        unmatched = sum(never_given(event.event_id) for event in events)
+        if unmatched and self.writer.metrics is not None:
+            self.writer.metrics.experience_rewards_unmatched(unmatched)
+        return True
 
     def close(self, timeout: float | None = 30.0) -> None:
         self.writer.close(timeout)

@@ -15,27 +15,19 @@ writer in one ``offer`` per batch. Nothing here touches a file or waits for the 
 
 from __future__ import annotations
 
-import itertools
-import os
 import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from rlserve.service.experience import trail as trails
+from rlserve.service.experience.event_ids import new_event_id
 from rlserve.service.experience.records import ModelLog, Transition, packer
 from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.writer import ExperienceWriter
 from rlserve.service.step import codec
 
 NAN = float("nan")
-# Unique across processes and replicas: a random prefix, then a counter.
-_PREFIX = os.urandom(5).hex()
-_COUNTER = itertools.count(1)
-
-
-def new_event_id() -> str:
-    return f"{_PREFIX}-{next(_COUNTER):x}"
 
 
 class Recorder:

@@ -14,8 +14,12 @@ import logging
 import tempfile
 from pathlib import Path
 
-from rlserve.models.export.bundle import Bundle, BundleError, load_bundle
+from rlserve.models.checkpoint import CheckpointError
+from rlserve.models.export.bundle import MANIFEST_NAME, Bundle, BundleError, load_bundle
 from rlserve.models.export.names import NAME_RULE, name_problem
+from rlserve.models.export.policy_set_export import checkpoint_policy_ids
+from rlserve.models.newstack import is_new_stack
+from rlserve.models.newstack.layout import CTOR_FILE, RL_MODULE_DIR
 from rlserve.service.errors import BundleInvalid, quoted
 from rlserve.service.serving import export_cache
 from rlserve.service.settings import Settings
@@ -28,12 +32,59 @@ CHECKPOINT_MARKER = "rllib_checkpoint.json"
 def is_checkpoint(path: Path) -> bool:
     """An RLlib checkpoint directory, not a bundle: an old-stack algorithm or policy directory,
     or a new-stack algorithm, ``rl_module`` or module directory (``class_and_ctor_args.pkl``)."""
-    from rlserve.models.newstack import is_new_stack
-
     try:
         return path.is_dir() and ((path / CHECKPOINT_MARKER).is_file() or is_new_stack(path))
     except OSError:  # e.g. a name past NAME_MAX: not a checkpoint (the bundle loader says why)
         return False
+
+
+def not_servable(path: Path) -> str | None:
+    """Why ``rlserve serve --checkpoint`` cannot serve the directory ``path`` as one model,
+    told from its files before anything loads (None when it may be): no RLlib checkpoint is
+    there (a folder above one, usually), or a checkpoint of several policies."""
+    if is_checkpoint(path):
+        several = several_policies(path, str(path))
+        return None if several is None else f"expected an RLlib checkpoint of one policy, received {several}"
+    if not path.is_dir() or (path / MANIFEST_NAME).is_file():
+        return None  # an archive or a bundle: --checkpoint serves those too
+    below = _checkpoints_below(path)
+    hint = (f"; the folder below, {str(below[0])!r}, looks like one: pass it" if len(below) == 1 else
+            f"; these folders below look like one: {', '.join(repr(str(p)) for p in below)}" if below else
+            f" ({CHECKPOINT_MARKER} or {CTOR_FILE}), nor any folder below it")
+    return f"expected an RLlib checkpoint directory, received {str(path)!r}: no RLlib checkpoint is there{hint}"
+
+
+def _checkpoints_below(path: Path, depth: int = 2, most: int = 3) -> list[Path]:
+    """The checkpoint directories in the ``depth`` levels under ``path`` (hidden ones skipped)."""
+    found: list[Path] = []
+    level = [path]
+    for _ in range(depth):
+        try:
+            children = sorted(c for folder in level for c in folder.iterdir()
+                              if c.is_dir() and not c.name.startswith("."))
+        except OSError:
+            break
+        found += [c for c in children if is_checkpoint(c)]
+        level = [c for c in children if not is_checkpoint(c)]
+    return found[:most]
+
+
+def several_policies(path: Path, shown: str) -> str | None:
+    """For a checkpoint of several policies (modules), named ``shown``: what it holds and how
+    ``rlserve serve`` serves them, as a policy set or one by one by its own directory (serve
+    takes no --policy-id or --module-id); else None."""
+    try:
+        ids = checkpoint_policy_ids(path)
+    except CheckpointError:
+        return None
+    if len(ids) < 2:
+        return None
+    below = ("policies" if not is_new_stack(path) else
+             RL_MODULE_DIR.as_posix() if (path / RL_MODULE_DIR).is_dir() else "")
+    one = "/".join(p for p in (shown.rstrip("/"), below, ids[0]) if p)
+    return (f"{shown!r}, which holds {len(ids)} policies ({', '.join(ids)}): serve them together as a policy set, "
+            f"--policy-set NAME={shown} with an agent mapping (--map AGENT=POLICY, --mapping FILE or "
+            f"--default-policy POLICY), or one of them with --checkpoint NAME={one}")
 
 
 def parse_checkpoint_arg(value: str) -> tuple[str | None, Path]:
@@ -114,11 +165,14 @@ def _export(path: Path, out: Path, model_name: str, policy_id: str | None) -> No
             "install rlserve[torch], or export it elsewhere with `rlserve export CHECKPOINT --out BUNDLE` "
             "and serve the bundle", field="path", expected="an installed torch", received=path.name,
         ) from None
-    from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.export.from_rlmodule import RLModuleExportError
     from rlserve.models.rllib_import import WeightImportError
     from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
+    several = several_policies(path, path.name) if policy_id is None else None
+    if several is not None:
+        raise BundleInvalid(f"cannot serve the RLlib checkpoint {several}", field="path",
+                            expected="an RLlib checkpoint of one policy", received=path.name)
     log.info("exporting the RLlib checkpoint %s (kept for the next start)", path)
     try:
         export_checkpoint(path, out, policy_id=policy_id, name=model_name, formats=("onnx",))

@@ -138,6 +138,11 @@ class Metrics:
         self.experience_unfinished_total = Counter(
             "rlserve_experience_unfinished_total", "Logged episodes restarted before the client sent their last "
             "observation (terminated or truncated): their last step is not in the log", registry=self.registry)
+        self.experience_rewards_unmatched_total = Counter(
+            "rlserve_experience_rewards_unmatched_total", "Delayed rewards taken for event ids that no answer can "
+            "have carried (not an event id, or one of this process's own not given yet): they join no step. "
+            "Ids of other processes are not known here; `rlserve experience summary` counts every reward "
+            "that matched nothing", registry=self.registry)
         self._cache_hit = self.session_cache_total.labels("hit")
         self._cache_miss = self.session_cache_total.labels("miss")
         self._route_children: dict[tuple[str, str], _Child] = {}
@@ -206,6 +211,9 @@ class Metrics:
 
     def experience_unfinished(self, count: int) -> None:
         self.experience_unfinished_total.inc(count)
+
+    def experience_rewards_unmatched(self, count: int) -> None:
+        self.experience_rewards_unmatched_total.inc(count)
 
     def error(self, code: str, status: int) -> None:
         self.errors.labels(code, str(status)).inc()

@@ -90,6 +90,7 @@ class SessionStore(Protocol):
     idle_ttl_s: float
     clock: Callable[[], float]  # the clock ``Session.last_used`` is read from
     durable: bool  # True: await validate/commit around every batch that steps a session
+    refusal: str | None  # why no session can be created here (several workers, no shared store)
     layout: SessionLayout  # a session as bytes
 
     def __len__(self) -> int: ...

@@ -130,6 +130,8 @@ class EpisodeStore:
         if reason is not None:
             raise SessionExpired(f"episode {episode_id!r} is gone ({reason}); start a new one",
                                  field="episode_id", received=episode_id)
+        if self.refusal is not None:  # no episode can exist here: creating it was refused
+            raise SessionsUnavailable(self.refusal, field="episode_id", received=episode_id)
         raise SessionNotFound(f"unknown episode {episode_id!r}: create it (POST .../episodes) or send "
                               "episode_start=true", field="episode_id", received=episode_id)
 

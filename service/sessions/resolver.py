@@ -33,6 +33,7 @@ from rlserve.service.errors import (
     SessionConflict,
     SessionExpired,
     SessionNotFound,
+    SessionsUnavailable,
     quoted,
 )
 from rlserve.service.sessions.base import SessionMiss, SessionStore, after_loading
@@ -158,6 +159,9 @@ class SessionResolver:
         if session_id in self.gone:
             raise SessionExpired(f"session {quoted(session_id)} is gone ({self.gone[session_id]})",
                                  field="session_id", received=session_id)
+        refusal = next((store.refusal for store in self.stores.values() if store.refusal is not None), None)
+        if refusal is not None:  # no session can exist here: the id is not unknown, creating it was refused
+            raise SessionsUnavailable(refusal, field="session_id", received=session_id)
         raise SessionNotFound(
             f"unknown session {quoted(session_id)} for model {self.model!r}: create it "
             f"(POST /v1/models/{self.model}/sessions) or send episode_start=true",

@@ -51,15 +51,20 @@ def loopback_up() -> None:
 
 
 def copy_checkout(target: Path) -> Path:
-    """The checkout's files (tracked and untracked, not ignored) under ``target/rlserve``."""
-    root = target / "rlserve"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True) if (REPO / ".git").exists() and shutil.which("git") else None
+    """The checkout's tracked files, as they are in its working tree, under ``target/rlserve``.
+
+    Untracked files stay behind: a reader who followed the docs in this checkout has made
+    exports (``rps/``, ``my-policy.rlsb``), ``weights.npz`` or a ``dump.rdb`` there, and a
+    page run over them would fail where a fresh clone passes (``rlserve export --out rps``
+    onto the reader's ``rps/``). Only a copy outside git takes every file."""
+    root, repo = target / "rlserve", REPO
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo,
+                            capture_output=True) if (repo / ".git").exists() and shutil.which("git") else None
     if listed is None or listed.returncode != 0:
-        shutil.copytree(REPO, root, ignore=IGNORED, symlinks=True)
+        shutil.copytree(repo, root, ignore=IGNORED, symlinks=True)
         return root
     for name in filter(None, listed.stdout.decode().split("\0")):
-        source = REPO / name
+        source = repo / name
         if source.is_file() or source.is_symlink():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, root / name, follow_symlinks=False)
@@ -97,14 +102,23 @@ def shell_script(block: Block, state: Path) -> str:
     return f"{block.text}\n__rl_check $? {len(block.text.splitlines())} || return 0\n"
 
 
+def shell_environment(state: Path) -> dict[str, str]:
+    """The page's environment: this one without ``RLSERVE_*`` (a page sets what it uses), with
+    this environment's ``python`` and ``rlserve`` first on PATH, and its caches (the export
+    cache of ``rlserve serve --checkpoint`` among them, ``$XDG_CACHE_HOME/rlserve/exports``)
+    in the page's own folder rather than the user's home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["XDG_CACHE_HOME"] = str(state / "cache")
+    env.update(__RL_STATE=str(state), __RL_TOOLS=str(TOOLS))
+    return env
+
+
 class Shell:
     """One bash for the whole page, fed a block at a time."""
 
     def __init__(self, workdir: Path, state: Path):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")}
-        # `python` and `rlserve` in a block are this environment's, activated or not.
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        env.update(__RL_STATE=str(state), __RL_TOOLS=str(TOOLS))
+        env = shell_environment(state)
         self.state = state
         self.proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, cwd=workdir,
                                      env=env, start_new_session=True, text=True,

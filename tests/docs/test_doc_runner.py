@@ -43,9 +43,9 @@ def test_a_renamed_route_or_flag_fails_its_block(tmp_path: Path) -> None:
     """The README's first command and the act example pass as written; in a copy of the page
     with the act route and an export flag renamed, exactly those blocks fail, for that reason."""
     original = README.read_text()
-    act = 'http://127.0.0.1:8000/v1/models/cartpole/act'
+    act = '${RLSERVE_URL:-http://127.0.0.1:8000}/v1/models/cartpole/act'
     assert original.count(act) >= 1
-    mutated = original.replace(act, "http://127.0.0.1:8000/v1/model/cartpole/act")
+    mutated = original.replace(act, "${RLSERVE_URL:-http://127.0.0.1:8000}/v1/model/cartpole/act")
     mutated = mutated.replace("--out my-npz-policy", "--output my-npz-policy")
     serve = _block_with(README, original, "pip install . && rlserve serve")
     act_block = _block_with(README, original, '"outputs": ["value"]')

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import textwrap
 from pathlib import Path
@@ -103,6 +104,34 @@ def test_a_repository_that_does_not_exist_is_refused_either_way(tmp_path: Path, 
 def test_a_checkpoint_that_does_not_exist(tmp_path: Path) -> None:
     line = refused(["--checkpoint", f"mine={tmp_path / 'nope'}"], _env(tmp_path))
     assert line.startswith("rlserve serve: --checkpoint mine=") and "expected an RLlib checkpoint directory" in line
+
+
+def test_a_multi_policy_checkpoint_is_refused_with_what_serve_accepts(tmp_path: Path) -> None:
+    """Not `--module-id`, which `serve` does not take: a policy set, or one policy's directory."""
+    checkpoint = REPO / "tests" / "fixtures" / "checkpoints" / "ppo_rps_multiagent" / "checkpoint"
+    line = refused(["--checkpoint", f"rps={checkpoint}"], _env(tmp_path))
+    assert "holds 2 policies (p0, p1)" in line and f"--policy-set NAME={checkpoint}" in line, line
+    assert "--module-id" not in line and "--policy-id" not in line
+
+
+def test_a_folder_above_the_checkpoint_names_the_checkpoint_below(tmp_path: Path) -> None:
+    """Not 'no manifest.json': the folder holds no checkpoint, the one below does."""
+    line = refused(["--checkpoint", f"my-policy={CHECKPOINT.parent}"], _env(tmp_path))
+    assert "no RLlib checkpoint is there" in line and repr(str(CHECKPOINT)) in line and "manifest" not in line, line
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_refused_before_anything_loads(tmp_path: Path, workers: str) -> None:
+    """Not exit 3 after every model loaded: the port is bound first, so the one line is all
+    that is printed (loading a model logs)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = refused(["--port", str(port), "--workers", workers, "--checkpoint", f"my-policy={CHECKPOINT}"],
+                       _env(tmp_path))
+    assert line == (f"rlserve serve: --port: expected a port no other program listens on at 127.0.0.1, received "
+                    f"{port} (Address already in use: stop that program, or choose another port)")
 
 
 def test_a_session_store_that_does_not_answer(tmp_path: Path) -> None:

@@ -64,8 +64,8 @@ def test_cpu_never_asks_for_cuda():
 
 def test_auto_falls_back_to_the_cpu_and_says_why():
     cpu_build = onnx_placement(DeviceRequest.parse("auto"), CPU_BUILD, 1)
-    assert cpu_build.device == "cpu" and cpu_build.providers == [CPU_EP]
-    assert "no CUDAExecutionProvider" in cpu_build.notes[0] and "onnxruntime-gpu" in cpu_build.notes[0]
+    assert cpu_build.device == "cpu" and cpu_build.providers == [CPU_EP] and cpu_build.notes == ()
+    assert "no CUDAExecutionProvider" in cpu_build.advice and "onnxruntime-gpu" in cpu_build.advice
     no_device = onnx_placement(DeviceRequest.parse("auto"), GPU_BUILD, 0, "no NVIDIA driver (libcuda.so.1 ...)")
     assert no_device.device == "cpu" and "no NVIDIA driver" in no_device.notes[0]
 
@@ -164,13 +164,24 @@ def test_required_cuda_refuses_the_bundle_with_the_reason(make_repo, cuda_that_f
         load_policy(make_repo("mlp") / "mlp", Settings(device="cuda", runtime="onnx"))
 
 
-def test_a_cpu_build_serves_auto_on_the_cpu_and_says_so(bundle_store, monkeypatch, caplog):
+@pytest.mark.parametrize("gpu_here", [False, True])
+def test_a_cpu_build_serves_auto_on_the_cpu_and_says_how_to_use_a_gpu_once(bundle_store, monkeypatch, caplog,
+                                                                             gpu_here):
+    """Every start of every model logged the 300-character advice at INFO: now once, at DEBUG,
+    unless this machine has a GPU the install cannot use (INFO then)."""
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [CPU_EP])
-    caplog.set_level(logging.INFO, "rlserve.runtime")
-    runtime = OnnxRuntime(bundle_store / "mlp" / "model.onnx", device="auto")
-    assert runtime.device == "cpu" and runtime.providers == [CPU_EP]
-    assert any("no CUDA: this onnxruntime build has no CUDAExecutionProvider" in r.getMessage()
-               for r in caplog.records)
+    monkeypatch.setattr("rlserve.service.serving.runtime.onnx.cuda_device_count",
+                        lambda: (1, "") if gpu_here else (0, "no NVIDIA driver"))
+    monkeypatch.setattr("rlserve.service.serving.runtime.onnx._ADVISED", set())
+    caplog.set_level(logging.DEBUG, "rlserve.runtime")
+    for _ in range(3):  # three models
+        runtime = OnnxRuntime(bundle_store / "mlp" / "model.onnx", device="auto")
+        assert runtime.device == "cpu" and runtime.providers == [CPU_EP]
+    advice = [r for r in caplog.records if "onnxruntime-gpu" in r.getMessage()]
+    assert len(advice) == 1 and advice[0].levelno == (logging.INFO if gpu_here else logging.DEBUG), advice
+    assert "no CUDA: this onnxruntime build has no CUDAExecutionProvider" in advice[0].getMessage()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("onnx runtime model.onnx")]
+    assert lines == ["onnx runtime model.onnx on cpu (providers ['CPUExecutionProvider'])"] * 3
     with pytest.raises(DeviceUnavailable, match="has no CUDAExecutionProvider"):
         OnnxRuntime(bundle_store / "mlp" / "model.onnx", device="cuda")
 

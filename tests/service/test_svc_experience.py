@@ -126,6 +126,31 @@ async def test_delayed_rewards_join_logged_steps_by_event_id(tmp_path):
     assert reader.transitions(tmp_path / "log", "cartpole").column("rewards").to_pylist() == [10.5, 1.0, -3.0]
 
 
+async def test_rewards_for_steps_never_served_are_counted(tmp_path):
+    """Taken like any other (202), but counted: by the server where it can tell at once (not an
+    event id; one of its own it has not given), by `rlserve experience summary` always."""
+    from rlserve.service.experience.cli import _text, summarize
+
+    app, client = _app(tmp_path)
+    async with client:
+        answers = await _episode(client, "u", 2)
+        prefix = answers[0]["event_id"].split("-")[0]
+        route = "/v1/models/cartpole/experience/rewards"
+        accepted = await client.post(route, json={"rewards": [
+            {"event_id": answers[0]["event_id"], "reward": 1.0},  # served and logged
+            {"event_id": "order-1234", "reward": 1.0},  # not an event id
+            {"event_id": f"{prefix}-ffffff", "reward": 1.0},  # this server's form, never given
+            {"event_id": "0f3a9c51d2-1a", "reward": 1.0}]})  # may be another replica's: known later
+        metrics = (await client.get("/metrics")).text
+    app.state.experience.close()
+    assert accepted.status_code == 202 and accepted.json() == {"accepted": 4}
+    assert "rlserve_experience_rewards_unmatched_total 2.0" in metrics
+    facts = summarize(tmp_path / "log", "cartpole")
+    assert (facts["delayed_rewards"], facts["unmatched_rewards"]) == (4, 3)
+    assert ("  delayed rewards: 4, 3 of them for event ids no logged step has (they change nothing)"
+            in _text({"cartpole": facts}).splitlines())
+
+
 @pytest.mark.parametrize(("body", "field", "expected"), [
     # JSON's escape of a lone surrogate: Parquet cannot hold it, and the rewards file it
     # went to failed whole, dropping every other client's rewards queued beside it.

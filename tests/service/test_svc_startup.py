@@ -36,7 +36,7 @@ def test_every_problem_of_the_checks_is_one_line(tmp_path) -> None:
 
 
 def test_a_failed_start_is_one_line_unless_the_traceback_is_asked_for(monkeypatch, capsys) -> None:
-    def broken(settings):
+    def broken(settings, sockets, announce):
         raise RuntimeError("the disk is full\nand more detail")
 
     monkeypatch.setattr(server, "serve", broken)

@@ -36,9 +36,9 @@ def test_each_worker_serves_its_socket_with_the_act_protocol(monkeypatch):
 
 def test_the_cli_starts_the_supervisor_for_more_than_one_worker(monkeypatch):
     started = []
-    monkeypatch.setattr(workers, "run_workers", lambda settings: started.append(settings.workers) or 0)
-    monkeypatch.setattr(server, "serve", lambda settings: started.append("single") or 0)
+    monkeypatch.setattr(workers, "run_workers", lambda settings, sock: started.append(settings.workers) or 0)
+    monkeypatch.setattr(server, "serve", lambda settings, sockets, announce: started.append("single") or 0)
     monkeypatch.delenv("RLSERVE_WORKERS", raising=False)
-    assert server.serve_main(["--workers", "3", "--log-level", "warning"]) == 0
-    assert server.serve_main(["--log-level", "warning"]) == 0
+    assert server.serve_main(["--workers", "3", "--log-level", "warning", "--port", "0"]) == 0
+    assert server.serve_main(["--log-level", "warning", "--port", "0"]) == 0
     assert started == [3, "single"]

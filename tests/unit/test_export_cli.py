@@ -138,7 +138,7 @@ def _other_weights(case: OracleCase) -> Path:
             t / "s.json", {**c.meta, "model_config": {"fcnet_hidens": [4]}}))), "fcnet_hidens"),
         (lambda a, t, c: a.extend(["--obs-space", "x.json"]), "either --spec or"),
         (lambda a, t, c: a.__setitem__(a.index("--weights") + 1, str(_other_weights(c))), "--weights"),
-        (lambda a, t, c: _text(Path(a[a.index("--out") + 1]) / "keep.txt", "x"), "not an empty directory"),
+        (lambda a, t, c: _text(Path(a[a.index("--out") + 1]) / "keep.txt", "x"), "pass --force"),
         (lambda a, t, c: a.extend(["--formats", "onnx,tflite"]), "formats"),
     ],
 )

@@ -120,3 +120,16 @@ def test_a_kserve_schema_error_is_caught(tmp_path):
     assert "InferenceService/missing-required: " in problems and "model_format" in problems
     assert "ServingRuntime/kubernetes-type-inside: spec.containers[0].ports[0].port: no such field" in problems
     assert "ServingRuntime/container-without-name: " in problems
+
+
+@pytest.mark.parametrize("hidden", [["kubernetes_validate"], ["yaml", "kserve"]])
+def test_without_the_test_extra_the_script_says_so_in_one_line(hidden: list[str]) -> None:
+    """Run as `python scripts/check_kubernetes.py` where those packages cannot be imported."""
+    wrapper = ("import runpy, sys\n"
+               f"for name in {hidden!r}: sys.modules[name] = None\n"
+               f"sys.argv = [{str(SCRIPT)!r}]\n"
+               f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", wrapper], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"check_kubernetes.py: needs the [test] extra (pip install -e '.[test]'); not installed: "
+                           f"{', '.join(hidden)}\n")

@@ -66,12 +66,14 @@ class DeviceRequest:
 @dataclass(frozen=True)
 class Placement:
     """What a runtime will do: its device (``cpu`` / ``cuda:N``), the ONNX Runtime
-    providers to ask for (empty for TorchScript), and notes for the log line (why CPU,
-    what was asked for but is missing)."""
+    providers to ask for (empty for TorchScript), notes for the log line (why CPU, what
+    was asked for but is missing), and ``advice``: how this install could serve on a GPU,
+    which nobody asked for (said once per process, not in every model's line)."""
 
     device: str
     providers: list[ProviderSpec] = field(default_factory=list)
     notes: tuple[str, ...] = ()
+    advice: str = ""
 
     @property
     def cuda(self) -> bool:
@@ -107,8 +109,11 @@ def onnx_placement(request: DeviceRequest, available: list[str], devices: int, r
     if request.kind == "cpu":
         return _cpu(request, "")
     if CUDA_EP not in available:
-        return _cpu(request, f"this onnxruntime build has no {CUDA_EP} (install onnxruntime-gpu instead of "
-                             f"onnxruntime; it offers {available})")
+        reason = (f"this onnxruntime build has no {CUDA_EP} (install onnxruntime-gpu instead of onnxruntime; "
+                  f"it offers {available})")
+        if request.kind == "auto":  # a CPU install serving on the CPU: nothing to note per model
+            return Placement("cpu", [CPU_EP], advice=f"no CUDA: {reason}; serving on the CPU")
+        return _cpu(request, reason)
     missing = _check_index(request, devices, reason)
     if missing is not None:
         return _cpu(request, missing)

@@ -56,6 +56,19 @@ def place(ort: Any, request: DeviceRequest, tensorrt: bool) -> Placement:
     return onnx_placement(request, available, devices, why, tensorrt=tensorrt)
 
 
+_ADVISED: set[str] = set()
+
+
+def advise_once(advice: str) -> None:
+    """A placement's advice, once per process: at INFO where this machine has a CUDA device
+    the install cannot use, else at DEBUG (a CPU install on a machine without a GPU is as
+    it should be, and every start of every model said so in 300 characters)."""
+    if not advice or advice in _ADVISED:
+        return
+    _ADVISED.add(advice)
+    log.log(logging.INFO if cuda_device_count()[0] else logging.DEBUG, "%s", advice)
+
+
 def cast_on(ort: Any, placement: Placement) -> DeviceCast:
     """The device cast for a CUDA placement: its CUDA provider (not TensorRT's) and the
     device index of ``placement.device`` ("cuda:N")."""
@@ -79,6 +92,7 @@ class OnnxRuntime:
             preload_cuda_libraries(ort)
         self._session = ort.InferenceSession(str(path), sess_options=options, providers=placement.providers)
         placement = settle(request, placement, self._session.get_providers())
+        advise_once(placement.advice)
         # The same graph without the value head (bundles exported since it exists): what a
         # batch that nobody asked the value of runs. ONNX Runtime would run every node of
         # the full graph whatever outputs were requested.
