@@ -60,7 +60,9 @@ GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # `rlserve experience`).
 EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
-# answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
+# answers with ray (scripts/record_rllib_checkpoint.py says how), or serve the benchmark's
+# policy from another serving system (scripts/bench_peers.py makes their environments).
+# Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
                    "scripts/rllib_case_meta.py": {"ray"},  # record_rllib_cases.py's case.json metadata
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
@@ -69,7 +71,10 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/record_newstack_cases.py": {"ray"},
                    # record_newstack_cases.py's restored-checkpoint readers; dm-tree and
                    # msgpack-numpy come with ray's rllib extra
-                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"}}
+                   "scripts/newstack_restored.py": {"ray", "tree", "msgpack_numpy"},
+                   # bench_peers.py's peer servers, each run by the python of its own environment
+                   "scripts/peers/peer_litserve.py": {"litserve"}, "scripts/peers/peer_mosec.py": {"mosec"},
+                   "scripts/peers/peer_rayserve.py": {"ray"}, "scripts/peers/peer_pytriton.py": {"pytriton"}}
 
 
 def _normalize(name: str) -> str:
