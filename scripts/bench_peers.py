@@ -277,6 +277,8 @@ def main() -> None:
     if args.pin:
         bench.SERVER_CPUS, bench.LOAD_CPUS = {0}, {1}
     load_before = os.getloadavg()
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "?"  # the code measured, as it was at the start
     bench.machine_state("start")
     chosen = [s for s in SYSTEMS if s.key in args.systems]
     pythons: dict[str, Path | str] = {}
@@ -325,8 +327,7 @@ def main() -> None:
                     stop_tree(proc)
     data = {
         "command": " ".join(["python", *sys.argv]), "when": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "commit": subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
-                                 text=True).stdout.strip() or "?",
+        "commit": commit,
         "machine": {"cpu": cpu_model(), "nproc": os.cpu_count(), "python": platform.python_version(),
                     "pinned": "servers on CPU 0, load generator on CPU 1" if args.pin else "no",
                     "loadavg_before": [round(x, 2) for x in load_before],
