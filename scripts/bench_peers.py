@@ -44,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_server as bench  # noqa: E402  (the sibling script: servers, pinning, the load generator)
 from bench_peers_results import SCENARIOS, cell_result, results_table, systems_table  # noqa: E402
+from bench_procs import kill_tree_after, signal_tree  # noqa: E402
 from bench_report import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,32 +140,9 @@ def versions(python: Path | str, system: System) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- servers
 
-def descendants(pid: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(entry))
-    found, todo = [], list(kids.get(pid, ()))
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(kids.get(current, ()))
-    return found
-
-
 def stop_tree(proc: subprocess.Popen) -> None:
     """Stop a server and every process it started (Ray's and mosec's keep running otherwise)."""
-    family = descendants(proc.pid)
-    bench.stop(proc)
-    for pid in family:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree_after(proc.pid, lambda: bench.stop(proc))
 
 
 def start_peer(system: System, python: Path, model: str, weights: Path, logs: Path) -> tuple[subprocess.Popen, int]:
@@ -234,7 +212,10 @@ MAKERS = {"mlp1": bench.mlp_single, "mlp64": bench.mlp_batch64, "lstm": bench.ls
 
 
 def measure_model(model: str, servers: dict[str, tuple[subprocess.Popen, int]], args, rng) -> list[dict]:
-    """Every cell of one model's scenarios, rounds alternating the order of the servers."""
+    """Every cell of one model's scenarios, rounds alternating the order of the servers. Only
+    the server being measured runs: the others' process trees are stopped (SIGSTOP) meanwhile,
+    since an idle server polling its queues (LitServe's worker, Ray's cluster) would take CPU 0
+    from the one measured."""
     out = []
     for scenario, (label, _, served) in SCENARIOS.items():
         if served != model or scenario not in args.scenarios:
@@ -246,6 +227,8 @@ def measure_model(model: str, servers: dict[str, tuple[subprocess.Popen, int]], 
                 requests = MAKERS[scenario](c, rng)
                 for key in (here if i % 2 == 0 else here[::-1]):
                     proc, port = servers[key]
+                    for other, (other_proc, _) in servers.items():
+                        signal_tree(other_proc.pid, signal.SIGCONT if other == key else signal.SIGSTOP)
                     try:
                         res = bench.run_load(port, for_system(requests, BY_KEY[key]), args.duration,
                                              args.warmup, proc.pid)
@@ -260,10 +243,7 @@ def measure_model(model: str, servers: dict[str, tuple[subprocess.Popen, int]], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=4.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    bench.timing_options(parser, duration=4.0, rounds=3)
     parser.add_argument("--systems", nargs="+", default=[s.key for s in SYSTEMS], choices=list(BY_KEY))
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "rlserve-bench-peers",

@@ -50,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_procs import tree_cpu_seconds  # noqa: E402  (re-exported: bench_sessions.py uses it)
 from bench_report import BINARY_TARGET, compare, machine_state, summarize, write_results  # noqa: E402
 from bench_scenarios import (  # noqa: E402, F401  (re-exported: other bench scripts import them from here)
     KEYS,
@@ -236,32 +237,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and all its descendants (Linux /proc; 0 elsewhere):
-    the cost of a server that runs in several processes (workers, a broker, a proxy). A live
-    process counts its own time; one that has exited and been waited for is in its parent's
-    children's time (``cutime``/``cstime``), so every process counts once."""
-    kids: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return 0.0
-    for entry in entries:
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        kids.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        total += times.get(current, 0.0)
-        todo.extend(kids.get(current, ()))
-    return total
-
-
 def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float,
              server_pid: int | None = None) -> dict:
     queue = mp.get_context("spawn").Queue()
@@ -289,6 +264,14 @@ def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, w
         # tree): less sensitive than req/s to other load on a shared machine.
         "cpu_us": 1e6 * cpu_used / total if total else float("nan"),
     }
+
+
+def timing_options(parser: argparse.ArgumentParser, duration: float, rounds: int) -> None:
+    """The options of a run of rounds: seconds per point, warm-up, rounds, concurrencies."""
+    parser.add_argument("--duration", type=float, default=duration)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
 
 
 def measure(port: int, make, c: int, rng, args, pid: int) -> dict:

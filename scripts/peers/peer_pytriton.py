@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,7 +38,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_infer(graph: str):  # noqa: ANN201  (a PyTriton inference callable)
+def make_infer(graph: str) -> Callable[..., dict[str, np.ndarray]]:
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
