@@ -16,9 +16,10 @@ this environment. Scenarios, each at ``--concurrency`` (1, 16, 64):
 
 Every system answers the same request bodies (rlserve's act bodies; only the path differs),
 sent by bench_server.py's load generator. Servers are pinned as bench_server.py pins them
-(CPU 0; the load generator on CPU 1; their child processes inherit it), and the rounds of a
-cell alternate the order of the systems (A B C ..., then ... C B A). Server CPU per request
-is read from /proc for the server's whole process tree. The results file
+(CPU 0; the load generator on CPU 1; their child processes inherit it), only the system
+being measured runs (the others' process trees are paused with SIGSTOP), and the rounds of
+a cell alternate the order of the systems (A B C ..., then ... C B A). Server CPU per
+request is read from /proc for the server's whole process tree. The results file
 (bench_peers_results.py) keeps every cell, the machine, and its load average before and after.
 
     python scripts/bench_peers.py --duration 4 --rounds 3 --json docs/bench-peers.json
