@@ -15,6 +15,7 @@ a Python model, so only the MLP is served. Every port is bound to 127.0.0.1.
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -58,6 +59,7 @@ def make_infer(graph: str) -> Callable[..., dict[str, np.ndarray]]:
 
 def main() -> None:
     args = peer_args(__doc__)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through Triton's exit: it removes its workspace
     if args.model != "mlp":
         raise SystemExit("peer_pytriton.py serves the MLP only (no per-client state)")
     config = TritonConfig(http_address="127.0.0.1", http_port=args.port, grpc_address="127.0.0.1",
