@@ -161,10 +161,7 @@ def main() -> None:
     import numpy as np
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=4.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    bench.timing_options(parser, duration=4.0, rounds=3)
     args = parser.parse_args()
     if (os.cpu_count() or 1) >= 2:
         bench.SERVER_CPUS, bench.LOAD_CPUS = {0}, {1}

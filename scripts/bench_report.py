@@ -21,16 +21,20 @@ ROOT = Path(__file__).resolve().parents[1]
 BINARY_TARGET = 250_000  # obs/s for 64-observation binary requests at c=16
 
 
-def machine_state(label: str) -> None:
-    """What a reader needs to judge the numbers: when, on what, how busy, which code."""
-    cpu = "?"
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("?" where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "?"
+
+
+def machine_state(label: str) -> None:
+    """What a reader needs to judge the numbers: when, on what, how busy, which code."""
+    cpu = cpu_model()
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:

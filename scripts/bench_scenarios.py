@@ -11,26 +11,47 @@ from pathlib import Path
 
 # --------------------------------------------------------------------------- bundles
 
-def build_bundles(repo: Path) -> None:
-    import gymnasium.spaces as gs
-    import numpy as np
+CONFIGS = {
+    "mlp": {"fcnet_hiddens": [256, 256]},
+    "lstm": {"fcnet_hiddens": [256, 256], "use_lstm": True, "lstm_cell_size": 256},
+}
+
+
+def bench_models() -> dict:
+    """The two catalog models (torch), by name, each built from seed 0: what
+    ``build_bundles`` exports and bench_peers.py serves the weights of from other servers."""
     import torch
 
     from rlserve.models.catalog import build_model
+
+    obs, act = _spaces()
+    models = {}
+    for name, cfg in CONFIGS.items():
+        torch.manual_seed(0)
+        models[name] = build_model(obs, act, cfg)
+    return models
+
+
+def _spaces() -> tuple:
+    import gymnasium.spaces as gs
+    import numpy as np
+
+    return gs.Box(-1.0, 1.0, (16,), np.float32), gs.Discrete(4)
+
+
+def build_bundles(repo: Path) -> dict:
+    """Export the two bundles into ``repo``; returns the models exported (``bench_models``)."""
+    import torch
+
     from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
-    obs = gs.Box(-1.0, 1.0, (16,), np.float32)
-    act = gs.Discrete(4)
-    configs = {
-        "mlp": {"fcnet_hiddens": [256, 256]},
-        "lstm": {"fcnet_hiddens": [256, 256], "use_lstm": True, "lstm_cell_size": 256},
-    }
-    for name, cfg in configs.items():
-        torch.manual_seed(0)
-        model = build_model(obs, act, cfg)
-        export_bundle(model, obs_space=obs, action_space=act, model_config=cfg, out_dir=repo / name,
+    obs, act = _spaces()
+    models = bench_models()
+    for name, model in models.items():
+        export_bundle(model, obs_space=obs, action_space=act, model_config=CONFIGS[name], out_dir=repo / name,
                       name=name, version="1", formats=["onnx"])
+    return models
 
 
 # --------------------------------------------------------------------------- requests

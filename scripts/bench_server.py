@@ -50,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_procs import tree_cpu_seconds  # noqa: E402  (re-exported: bench_sessions.py uses it)
 from bench_report import BINARY_TARGET, compare, machine_state, summarize, write_results  # noqa: E402
 from bench_scenarios import (  # noqa: E402, F401  (re-exported: other bench scripts import them from here)
     KEYS,
@@ -155,6 +156,17 @@ def stop(proc: subprocess.Popen) -> None:
 
 # --------------------------------------------------------------------------- load generator
 
+async def _read_chunks(reader: asyncio.StreamReader) -> None:
+    """A chunked body, up to its last (empty) chunk and the blank line after it."""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+        if size == 0:
+            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailer fields, if any
+                pass
+            return
+        await reader.readexactly(size + 2)
+
+
 async def _connection(port: int, requests: list[bytes], stop_at: float, warm_until: float,
                       latencies: list[float], errors: list[int], total: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -171,9 +183,12 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, warm_unt
         for line in head.split(b"\r\n"):
             if line[:15].lower() == b"content-length:":
                 length = int(line[15:])
-        if length < 0:
+        if length >= 0:
+            await reader.readexactly(length)
+        elif b"transfer-encoding: chunked" in head.lower():  # Ray Serve's proxy answers so
+            await _read_chunks(reader)
+        else:
             raise RuntimeError(f"response without content-length: {head!r}")
-        await reader.readexactly(length)
         done = time.perf_counter()
         total[0] += 1
         # Only answers inside the measured window count: a request still in flight at its
@@ -228,11 +243,11 @@ def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, w
     proc = mp.get_context("spawn").Process(
         target=_load_process, args=(port, requests_per_conn, duration, warmup, queue, LOAD_CPUS)
     )
-    cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
+    cpu_before = tree_cpu_seconds(server_pid) if server_pid else 0.0
     proc.start()
     result = queue.get()
     proc.join()
-    cpu_used = (cpu_seconds(server_pid) - cpu_before) if server_pid else 0.0
+    cpu_used = (tree_cpu_seconds(server_pid) - cpu_before) if server_pid else 0.0
     if isinstance(result, BaseException):
         raise RuntimeError("load generator failed") from result
     latencies, errors, total = result
@@ -245,10 +260,18 @@ def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, w
         "p99_ms": 1e3 * latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
         "mean_ms": 1e3 * statistics.fmean(latencies) if n else float("nan"),
         "errors": len(errors),
-        # Server CPU per request (warm-up included on both sides): less sensitive than
-        # req/s to other load on a shared machine.
+        # Server CPU per request (warm-up included on both sides; the server's whole process
+        # tree): less sensitive than req/s to other load on a shared machine.
         "cpu_us": 1e6 * cpu_used / total if total else float("nan"),
     }
+
+
+def timing_options(parser: argparse.ArgumentParser, duration: float, rounds: int) -> None:
+    """The options of a run of rounds: seconds per point, warm-up, rounds, concurrencies."""
+    parser.add_argument("--duration", type=float, default=duration)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
 
 
 def measure(port: int, make, c: int, rng, args, pid: int) -> dict:

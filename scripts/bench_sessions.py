@@ -89,26 +89,11 @@ def start_minimal(workdir: Path, workers: int) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the workers)."""
-    from bench_server import cpu_seconds
-
-    total = cpu_seconds(pid)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    total += cpu_seconds(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return total
-
-
 def load(port: int, make, c: int, args, rng, pid: int | None = None) -> dict:
-    before = tree_cpu(pid) if pid else 0.0
+    before = bench_server.tree_cpu_seconds(pid) if pid else 0.0
     result = run_load(port, make(c, rng), args.duration, args.warmup)
     if pid:
-        result["cpu_us"] = 1e6 * (tree_cpu(pid) - before) / max(1, result["requests"])
+        result["cpu_us"] = 1e6 * (bench_server.tree_cpu_seconds(pid) - before) / max(1, result["requests"])
     return result
 
 

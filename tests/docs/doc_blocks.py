@@ -30,6 +30,9 @@ NOT_RUN: dict[str, str] = {
     "container": "needs a container engine (Docker/compose); scripts/container_check.sh checks the image with buildah",
     "gpu": "needs an NVIDIA GPU and its container toolkit",
     "benchmark": "a benchmark run of minutes on a quiet machine; the README's short run is executed instead",
+    "peers": "bench_peers.py's full comparison: it makes a virtual environment per serving system (torch, Ray, "
+             "PyTriton: gigabytes from PyPI) and runs for tens of minutes; tests/e2e/test_bench_peers_script.py "
+             "runs it small",
     "training": "trains policies for minutes (the README runs the --evaluate half)",
     "test-suite": "runs (part of) the test suite this runner belongs to; .ci/run runs it",
     "ray": "needs a separate environment with ray installed (RLlib's own recording scripts)",

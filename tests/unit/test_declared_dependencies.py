@@ -63,7 +63,9 @@ GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # `rlserve experience`).
 EXPERIENCE_SIDE = ("service/experience/*.py",)
 # Scripts that run in an environment of their own, never the project's: they record RLlib's
-# answers with ray (scripts/record_rllib_checkpoint.py says how). Only these may import ray.
+# answers with ray (scripts/record_rllib_checkpoint.py says how), or serve the benchmark's
+# policy from another serving system (scripts/bench_peers.py makes their environments).
+# Only these may import ray.
 OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/record_rllib_cases.py": {"ray"},
                    "scripts/rllib_case_meta.py": {"ray"},  # record_rllib_cases.py's case.json metadata
                    "scripts/record_rllib_multiagent.py": {"ray", "pettingzoo"},
@@ -85,7 +87,10 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    # registration, and the fresh-process check of those recordings
                    "tests/fixtures/checkpoints-custom/custom_models_src/my_models.py": {"ray"},
                    "tests/fixtures/checkpoints-custom/custom_models_src/register_my_models.py": {"ray"},
-                   "scripts/check_rllib_checkpoint.py": {"ray"}}
+                   "scripts/check_rllib_checkpoint.py": {"ray"},
+                   # bench_peers.py's peer servers, each run by the python of its own environment
+                   "scripts/peers/peer_litserve.py": {"litserve"}, "scripts/peers/peer_mosec.py": {"mosec"},
+                   "scripts/peers/peer_rayserve.py": {"ray"}, "scripts/peers/peer_pytriton.py": {"pytriton"}}
 # The --trust-code exporter imports ray only there, inside the functions that restore a
 # checkpoint's code (the user's environment has it; rlserve neither installs nor needs it).
 RLLIB_SIDE = {"models/traced/loader.py": {"ray"}, "models/traced/export.py": {"ray"},
