@@ -35,7 +35,8 @@ NOT_RUN: dict[str, str] = {
              "runs it small",
     "training": "trains policies for minutes (the README runs the --evaluate half)",
     "test-suite": "runs (part of) the test suite this runner belongs to; .ci/run runs it",
-    "ray": "needs a separate environment with ray installed (RLlib's own recording scripts)",
+    "ray": "needs a separate environment with ray installed (RLlib's own recording scripts, and "
+           "`rlserve export --trust-code`, which the e2e tests run in a ray venv of their own)",
     "kubernetes": "needs a Kubernetes cluster (the manifests are rendered and validated without one)",
 }
 
