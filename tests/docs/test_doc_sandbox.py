@@ -26,8 +26,9 @@ SESSION = Path(__file__).resolve().parent / "doc_session.py"
 # cannot read from the command line: redis-server saves its data there when it stops.
 MADE_BY_PROGRAMS = ("dump.rdb",)
 _MADE = [
-    re.compile(r"--out[ =]([\w.-]+)"),  # rlserve export, scripts/plot_benchmarks.py
-    re.compile(r"--json ([\w.-]+)"),  # the benchmark scripts
+    # A name followed by "/" is a path into a folder of the checkout (docs/bench-peers.json).
+    re.compile(r"--out[ =]([\w.-]+)(?![\w.-]|/)"),  # rlserve export, scripts/plot_benchmarks.py
+    re.compile(r"--json ([\w.-]+)(?![\w.-]|/)"),  # the benchmark scripts
     re.compile(r"(?<![>&\d=-])> ?([\w.-]+)"),  # a redirect to a file here (not 2>&1, >/dev/null, ->)
     re.compile(r"^cp \S+ ([\w.-]+)"),
     re.compile(r"RLSERVE_EXPERIENCE_LOG=([\w.-]+)"),

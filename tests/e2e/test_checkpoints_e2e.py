@@ -146,10 +146,12 @@ def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
 def test_a_checkpoint_that_does_not_load_stops_the_start(tmp_path: Path, workers: list[str]) -> None:
     """Exit status 2 and the reason in one line, whether one process serves or a supervisor
     runs workers (which must not restart them forever): for a directory that is no
-    checkpoint (found when it is loaded), and for a path with nothing there (found before)."""
+    checkpoint and for a path with nothing there (both found before anything loads; the first
+    says that no checkpoint is there, nor in a folder below it)."""
     not_a_checkpoint = tmp_path / "empty-folder"
     not_a_checkpoint.mkdir()
-    for path, says in ((not_a_checkpoint, "cannot load"), (tmp_path / "no-such-checkpoint", "nothing is there")):
+    for path, says in ((not_a_checkpoint, "no RLlib checkpoint is there"),
+                       (tmp_path / "no-such-checkpoint", "nothing is there")):
         proc = subprocess.run([*rlserve_command(), "serve", "--port", "0", *workers, "--checkpoint", f"mine={path}"],
                               capture_output=True, text=True, timeout=120,
                               env={k: v for k, v in os.environ.items() if not k.startswith("RLSERVE_")})

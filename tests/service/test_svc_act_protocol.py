@@ -33,7 +33,7 @@ def test_no_class_when_uvicorns_internals_changed(monkeypatch):
 @pytest.mark.parametrize("setting,uses_protocol", [(None, True), ("false", False)])
 def test_serve_hands_the_protocol_to_uvicorn_unless_turned_off(monkeypatch, setting, uses_protocol):
     configs = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: configs.append(self.config))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: configs.append(self.config))
     monkeypatch.setattr(server.gc, "freeze", lambda: None)  # not this test process's heap
     monkeypatch.delenv("RLSERVE_ACT_PROTOCOL", raising=False)
     if setting is not None:
