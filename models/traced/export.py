@@ -33,6 +33,7 @@ import torch
 from rlserve.models.connectors import ConnectorLayout, ConnectorPlanError, plan_connectors
 from rlserve.models.distributions.masking import FLOAT_MIN
 from rlserve.models.export.bundle import Bundle, BundleError
+from rlserve.models.export.exporter import export_bundle
 from rlserve.models.export.from_rlmodule import connector_preprocessor, env_spaces, input_maker
 from rlserve.models.newstack import ModuleCheckpoint
 from rlserve.models.rlmodules.graph import ConnectorGraph
@@ -59,8 +60,6 @@ def export_traced_module(
     """Trace ``ckpt``'s module (read with ``trust_code``) into a verified bundle at ``out_dir``.
     Raises ``TraceError`` (one line) for what cannot be served exactly, ``BundleError`` when a
     runtime disagrees with the eager module."""
-    from rlserve.models.export.exporter import export_bundle
-
     say = progress or (lambda _msg: None)
     label = ckpt.module_class
     say(f"restoring {label.rpartition('.')[2]} with RLlib (--trust-code: running the checkpoint's code)")
@@ -131,12 +130,11 @@ def _tensors(model: TracedModulePolicy, inputs: dict[str, np.ndarray]) -> list[t
 def _check_exploration(loaded: LoadedModule, model: TracedModulePolicy, inputs: dict[str, np.ndarray],
                        label: str) -> None:
     """One graph serves both: refuse a module whose exploring forward computes other dist inputs."""
+    if model.connectors.uses_prev or model.connectors.frame_state_shape is not None:
+        return  # history stages in the graph: compared through the runtimes' verification only
     args = _tensors(model, inputs)
     with torch.no_grad():
-        module_obs, _ = model.connectors(args[0], None, None, None) if not model.connectors.uses_prev \
-            and model.connectors.frame_state_shape is None else (None, None)
-        if module_obs is None:
-            return  # history stages in the graph: compared through the runtimes' verification only
+        module_obs, _ = model.connectors(args[0], None, None, None)
         states = list(args[1:1 + model.module_states])
         acting = loaded.forward("forward_inference", model.batch(module_obs, states)).get(DIST_INPUTS)
         if acting is None:

@@ -28,8 +28,13 @@ from torch import nn
 
 from rlserve.models.checkpoint import PolicyCheckpoint
 from rlserve.models.export.bundle import Bundle
+from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
+from rlserve.models.export.exporter import export_bundle
+from rlserve.models.export.reference import make_reference_inputs
 from rlserve.models.interface import ModelSignature, StateSpec
+from rlserve.models.traced.export import tracing
 from rlserve.models.traced.loader import TraceError, import_user_modules, require_rllib
+from rlserve.models.traced.sequence import check_sequence
 
 __all__ = ["ModelV2Policy", "export_traced_policy"]
 
@@ -94,11 +99,6 @@ def export_traced_policy(
     clip_actions: bool | None = None,
 ) -> Bundle:
     """Trace the policy's custom ModelV2 into a verified bundle at ``out_dir``."""
-    from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
-    from rlserve.models.export.exporter import export_bundle
-    from rlserve.models.traced.export import tracing
-    from rlserve.models.traced.sequence import check_sequence
-
     say = progress or (lambda _msg: None)
     config = dict(ckpt.model_config)
     label = str(config.get("custom_model"))
@@ -128,8 +128,6 @@ def export_traced_policy(
         )
     if wrapped.signature().state:
         say("stepping the runtimes through a sequence with their state carried")
-        from rlserve.models.export.reference import make_reference_inputs
-
         def make_inputs(batch: int, seed: int) -> dict[str, Any]:
             return make_reference_inputs(wrapped.signature(), ckpt.observation_space, ckpt.action_space, config,
                                          ckpt.filter_state, batch, seed=seed)
