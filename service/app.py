@@ -48,7 +48,7 @@ from rlserve.service.errors import (
     error_reply,
 )
 from rlserve.service.experience.log import ExperienceLog
-from rlserve.service.multiagent.episodes import EpisodeService
+from rlserve.service.multiagent.episode_service import EpisodeService
 from rlserve.service.multiagent.route import AgentsActRoute
 from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
@@ -212,8 +212,8 @@ async def _sweep_sessions(app: RLServeApp) -> None:
     ttl = app.state.settings.session_idle_ttl_s
     while True:
         await asyncio.sleep(min(max(ttl / 4, 0.05), 30.0))
-        for policy in app.state.registry.policies():
-            policy.sessions.expire_idle()
+        for entry in list(app.state.registry.entries.values()):
+            entry.sessions.sweep_idle()
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics, redact: PathRedactor) -> None:

@@ -43,6 +43,7 @@ from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.base import SessionMiss, after_loading
+from rlserve.service.sessions.lifecycle import Bound, SessionLifecycle
 from rlserve.service.sessions.resolver import Binding
 from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
@@ -79,6 +80,7 @@ class Accepted:
     step: Step
     sessions: list[Session | None]
     job: Job
+    bound: Bound | None = None  # the sessions the request bound (None: it names none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ class Checked:
     binding: Binding
     step: Step
     options: ActRequest | _Options
+    lifecycle: SessionLifecycle
 
 
 # encode(accepted, output, info): a request's rows of its batch -> what its reply carries.
@@ -262,14 +265,18 @@ class ActService:
         if options.step is not None:
             step.keep_answer, step.expect_steps = True, expect_steps
         policy.batcher.check_capacity(step.rows)  # before sessions change
-        return Checked(started, name, policy, rows, binding, step, options)
+        return Checked(started, name, policy, rows, binding, step, options, entry.sessions)
 
     def bind(self, checked: Checked) -> Accepted:
         """The second half: apply the checked request to its sessions and build its job."""
         started, name, policy, rows, binding, step, options = (
             checked.started, checked.name, checked.policy, checked.rows, checked.binding, checked.step,
             checked.options)
-        sessions = step.sessions if binding is _NO_SESSIONS else self._bind(policy, rows, binding, step)
+        bound = None if binding is _NO_SESSIONS else checked.lifecycle.bind(
+            binding, policy.version, rows.episode_starts, rows.seeds, rows.single)
+        if bound is not None:
+            step.take_sessions(bound)
+        sessions = step.sessions
         if not step.has_sessions:
             keys = _NO_KEYS
         elif rows.single:
@@ -285,7 +292,7 @@ class ActService:
             unsquash = clip = False
         step.unsquash, step.clip = unsquash, clip  # the experience log records the answered action
         return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
-                        Job(step, step.rows, keys))
+                        Job(step, step.rows, keys), bound)
 
     def _finish(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> bytes:
         if isinstance(output, KeptAnswer):  # a retried step, answered before
@@ -307,52 +314,16 @@ class ActService:
         binding = entry.sessions.resolve(rows.session_ids, rows.episode_starts, version, rows.single)
         return entry.policy(version if binding.version is None else binding.version), binding
 
-    def _bind(self, policy: Policy, rows: Rows, binding: Binding, step: Step) -> list[Session | None]:
-        """Apply the request to sessions (now that it validated) and pin them in flight."""
-        if not binding.existing and not binding.new:
-            return step.sessions
-        store = policy.sessions
-        if rows.single and binding.existing and not rows.episode_starts[0]:
-            session = binding.existing[0][1]  # the common session step
-            session.inflight += 1
-            step.sessions, step.has_sessions = [session], True
-            return step.sessions
-        sessions: list[Session | None] = [None] * len(rows)
-        for row, session in binding.existing:
-            if rows.episode_starts[row]:  # the batch restarts it, once its earlier steps ran
-                if step.restarts is None:
-                    step.restarts = []
-                step.restarts.append((session, rows.seeds[row]))
-            sessions[row] = session
-        for row, session_id in binding.new:
-            sessions[row] = store.create(session_id, rows.seeds[row])
-            assert step.reset[row]  # only an episode_start row creates a session (see _resolve)
-        for maybe_session in sessions:
-            if maybe_session is not None:
-                maybe_session.inflight += 1  # pins it: never evicted or expired while queued
-        step.sessions = sessions
-        step.has_sessions = True
-        return sessions
-
     def abandon(self, accepted: Accepted) -> None:
         """Let go of a bound request that will not be submitted (one part of a request
         refused after another part was bound): its sessions are unpinned."""
         self._done_with(accepted)
 
-    def _done_with(self, accepted: Accepted) -> None:
-        """The request's batch is over (or it never got queued): unpin its sessions."""
-        if accepted.step.has_sessions:
-            self._release(accepted.policy, accepted.sessions)
-
     @staticmethod
-    def _release(policy: Policy, sessions: list[Session | None]) -> None:
-        if not any(sessions):
-            return
-        store = policy.sessions
-        for session in sessions:
-            if session is not None:
-                store.touch(session)
-                store.release(session)
+    def _done_with(accepted: Accepted) -> None:
+        """The request's batch is over (or it never got queued): unpin its sessions."""
+        if accepted.bound is not None:
+            accepted.bound.release()
 
     # ------------------------------------------------------------------ response
 

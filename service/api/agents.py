@@ -20,7 +20,7 @@ from rlserve.service.api.bodies import body_limit, read_body, read_model
 from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import CreateEpisode, EpisodeInfo
 from rlserve.service.errors import BadRequest
-from rlserve.service.multiagent.episodes import EpisodeService
+from rlserve.service.multiagent.episode_service import EpisodeService
 from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.multiagent.wire import AgentsActRequest, AgentsActResponse
 

@@ -19,9 +19,8 @@ from fastapi.responses import JSONResponse
 from rlserve.service.api.bodies import body_limit, read_body, read_model
 from rlserve.service.api.openapi import errors
 from rlserve.service.api.schemas import CreateSession, SessionInfo
-from rlserve.service.errors import BadRequest, InvalidInput, SessionBusy, SessionConflict, quoted
-from rlserve.service.serving.policy import Policy
-from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.errors import BadRequest, InvalidInput, quoted
+from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.import_check import check_contents
 from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
 from rlserve.service.sessions.store import Session, validate_session_id
@@ -35,13 +34,12 @@ def _registry(request: Request) -> ModelRegistry:
     return request.app.state.registry
 
 
-def _info(policy: Policy, session: Session, record: SessionRecord | None = None) -> SessionInfo:
+def _info(entry: ModelEntry, session: Session, record: SessionRecord | None = None) -> SessionInfo:
     """What a session is; from ``record`` (the external store's) rather than the copy held here."""
-    store = policy.sessions
     steps, seed = (session.steps, session.seed) if record is None else (record.steps, record.seed)
-    return SessionInfo(session_id=session.id, model=policy.name, version=policy.version, seed=seed,
-                       steps=steps, idle_s=max(0.0, store.clock() - session.last_used),
-                       idle_ttl_s=store.idle_ttl_s)
+    idle_s, idle_ttl_s = entry.sessions.idle_s(session)
+    return SessionInfo(session_id=session.id, model=entry.name, version=session.version, seed=seed,
+                       steps=steps, idle_s=idle_s, idle_ttl_s=idle_ttl_s)
 
 
 _CREATE_BODY = {"requestBody": {"required": False,
@@ -69,14 +67,8 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     body = await read_model(request, CreateSession, empty=CreateSession())
     entry = _registry(request).entry(name)
     policy = entry.policy(body.version)
-    # Ids are unique per model name across versions, so later lookups are unambiguous. An
-    # external store refuses a taken id itself (one atomic "set if absent").
-    if body.session_id is not None and entry.sessions.remote is None and entry.sessions.is_live(body.session_id):
-        raise SessionConflict(
-            f"session {quoted(body.session_id)} already exists", field="session_id", received=body.session_id
-        )
-    session = await policy.sessions.open_session(body.session_id, body.seed)
-    return JSONResponse(_info(policy, session).model_dump(), status_code=201)
+    session = await entry.sessions.open(body.session_id, policy.version, body.seed)
+    return JSONResponse(_info(entry, session).model_dump(), status_code=201)
 
 
 @router.get("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo,
@@ -85,14 +77,10 @@ async def create_session(name: str, request: Request) -> JSONResponse:
 async def get_session(name: str, session_id: str, request: Request) -> Response:
     entry = _registry(request).entry(name)
     session = await entry.sessions.lookup(session_id)
-    policy = entry.policy_of(session)
     if OCTET_STREAM in request.headers.get("accept", ""):
-        data = await policy.sessions.export_session(session)
-        return Response(data, media_type=OCTET_STREAM, headers={"x-rlserve-version": policy.version})
-    # Under an external store another replica may have stepped it since: ask the store.
-    record = policy.sessions.layout.decode(await policy.sessions.export_session(session)) \
-        if policy.sessions.durable else None
-    return JSONResponse(_info(policy, session, record).model_dump())
+        data = await entry.sessions.export(session)
+        return Response(data, media_type=OCTET_STREAM, headers={"x-rlserve-version": session.version})
+    return JSONResponse(_info(entry, session, await entry.sessions.stored_record(session)).model_dump())
 
 
 @router.put("/v1/models/{name}/sessions/{session_id:path}", response_model=SessionInfo,
@@ -114,19 +102,17 @@ async def put_session(name: str, session_id: str, request: Request, version: str
         raise InvalidInput(f"body: not a session record: {exc}", field="body", expected=_EXPORTED,
                            received=f"{len(data)} bytes") from None
     policy = entry.policy(target)  # 404 naming the loaded versions
+    layout = entry.sessions.layout(policy.version)
     try:
-        record = policy.sessions.layout.decode(data)
+        record = layout.decode(data)
         check_contents(record, policy.bundle.manifest.signature, policy.pipeline)
     except RecordError as exc:
         raise InvalidInput(f"body: {exc}", field="body",
                            expected=f"a session record of {quoted(name)} version {policy.version!r} (tensors "
-                                    f"{policy.sessions.layout.description})", received=f"{len(data)} bytes") from None
-    if entry.in_flight(session_id):
-        raise SessionBusy(f"session {quoted(session_id)} has a request in flight; retry when it is answered",
-                          field="session_id", received=session_id)
-    entry.forget_elsewhere(session_id, policy)
-    session = await policy.sessions.import_session(session_id, record)
-    return _info(policy, session)
+                                    f"{layout.description})", received=f"{len(data)} bytes") from None
+    entry.sessions.check_idle(session_id, "session_id", f"session {quoted(session_id)}")
+    session = await entry.sessions.import_record(session_id, policy.version, record)
+    return _info(entry, session)
 
 
 _EXPORTED = "the bytes of GET /v1/models/{name}/sessions/{id} with Accept: application/octet-stream"
@@ -137,6 +123,5 @@ _EXPORTED = "the bytes of GET /v1/models/{name}/sessions/{id} with Accept: appli
 async def end_session(name: str, session_id: str, request: Request) -> SessionInfo:
     entry = _registry(request).entry(name)
     session = await entry.sessions.lookup(session_id)
-    policy = entry.policy_of(session)
-    await policy.sessions.end_session(session)
-    return _info(policy, session)
+    await entry.sessions.close(session)
+    return _info(entry, session)

@@ -16,12 +16,10 @@ import hashlib
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
-from rlserve.service.errors import ServiceError
 from rlserve.service.multiagent.wire import AgentsActRequest
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelRegistry
-from rlserve.service.sessions.base import SessionMiss
-from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
+from rlserve.service.sessions.episode_store import Episode, Seat, agent_session_id, validate_episode_id
 
 _SEED_MASK = (1 << 64) - 1
 
@@ -96,8 +94,8 @@ class EpisodePlan:
             seat = self._seated(agent_id)
             assert seat is not None
             entry = registry.entries.get(self.served.member(seat.policy))
-            if entry is not None and entry.sessions.remote is not None:
-                entry.sessions.require_held([seat.session_id])
+            if entry is not None:
+                entry.sessions.prefetch([seat.session_id])
 
     # ------------------------------------------------------------------ apply
 
@@ -123,7 +121,7 @@ class EpisodePlan:
             left = self.episode.leave(agent_id)
             if left is not None:
                 end_agent_session(registry, self.served, left)
-        self.episode.inflight += 1
+        store.pin(self.episode)
 
     def settle(self, registry: ModelRegistry, ended: bool, answered: bool = True) -> Awaitable[None] | None:
         """The request's batches are over: unpin the episode; once ``answered``, end the state
@@ -133,9 +131,7 @@ class EpisodePlan:
         if episode is None:
             return None
         store = self.served.episodes
-        episode.inflight -= 1
-        episode.steps += 1
-        store.touch(episode)
+        store.unpin(episode)
         for agent_id in self.closing if answered else ():
             left = episode.leave(agent_id)
             if left is not None:
@@ -172,10 +168,5 @@ def plan_episode(served: ServedPolicySet, req: AgentsActRequest) -> EpisodePlan:
 def end_agent_session(registry: ModelRegistry, served: ServedPolicySet, seat: Seat) -> None:
     """End an agent's session in its policy's store, if it is still there."""
     entry = registry.entries.get(served.member(seat.policy))
-    if entry is None:
-        return
-    try:
-        session = entry.sessions.find(seat.session_id)
-    except (ServiceError, SessionMiss):  # already gone (expired, ended), or not held here
-        return
-    entry.policy_of(session).sessions.end(session.id)
+    if entry is not None:
+        entry.sessions.end_id(seat.session_id)

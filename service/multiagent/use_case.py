@@ -35,7 +35,7 @@ from rlserve.service.multiagent.wire import AgentsActRequest, AgentStep, decode_
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.sessions.base import LOADS, SessionMiss, after_loading_all
-from rlserve.service.sessions.episodes import validate_agent_id
+from rlserve.service.sessions.episode_store import validate_agent_id
 from rlserve.service.step.rows import Rows
 
 log = logging.getLogger("rlserve.agents")

@@ -5,7 +5,7 @@ single policies: every member bundle is built exactly as a bundle of its own
 (``build_policy``: runtime, reference check, session store, batcher) and registered as the
 model ``<set>.<policy_id>``, so its act, session and Open Inference Protocol routes work
 as for any model; the set adds the agent mapping and the episodes (a record of per-agent
-sessions in those members' stores, ``rlserve.service.sessions.episodes``).
+sessions in those members' stores, ``rlserve.service.sessions.episode_store``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rlserve.service.serving.checkpoints import is_checkpoint
 from rlserve.service.serving.loading import build_policy
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
-from rlserve.service.sessions.episodes import EpisodeStore
+from rlserve.service.sessions.episode_store import EpisodeStore
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.sessions.redis_episodes import CachedEpisodeStore
 from rlserve.service.settings import Settings

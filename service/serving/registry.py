@@ -23,9 +23,8 @@ from rlserve.service.serving.loading import discover_bundles, fingerprint, load_
 from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
+from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
-from rlserve.service.sessions.resolver import SessionResolver
-from rlserve.service.sessions.store import Session
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.registry")
@@ -34,10 +33,10 @@ log = logging.getLogger("rlserve.registry")
 @dataclass
 class ModelEntry:
     """All loaded versions of one model name; ``current`` serves new work. Its sessions
-    (across the versions) are resolved by ``sessions``."""
+    (across the versions) are resolved and changed by ``sessions`` alone."""
 
     name: str
-    sessions: SessionResolver
+    sessions: SessionLifecycle
     versions: OrderedDict[str, Policy] = field(default_factory=OrderedDict)
     current: str = ""
 
@@ -50,24 +49,6 @@ class ModelEntry:
                 field="version", expected=list(self.versions), received=version,
             )
         return policy
-
-    def policy_of(self, session: Session) -> Policy:
-        """The version ``session`` is bound to (a session the resolver found is on a loaded one)."""
-        return self.versions[session.version]
-
-    def in_flight(self, session_id: str) -> bool:
-        """Whether a version holds session ``session_id`` with a request in flight (an
-        import must not replace it: the batch would write into a slot given away)."""
-        return any((held := policy.sessions.live(session_id)) is not None and held.inflight
-                   for policy in self.versions.values())
-
-    def forget_elsewhere(self, session_id: str, keep: Policy) -> None:
-        """Forget session ``session_id`` in every version but ``keep`` (one id, one version):
-        before an import into ``keep``, once ``in_flight`` said no."""
-        for policy in self.versions.values():
-            held = policy.sessions.live(session_id)
-            if policy is not keep and held is not None:
-                policy.sessions.forget(held)
 
 
 class ModelRegistry:
@@ -150,8 +131,8 @@ class ModelRegistry:
         entry = self.entries.get(policy.name)
         if entry is None:
             remote = None if self.store is None else self.store.for_model(policy.name)
-            resolver = SessionResolver(policy.name, remote, tombstones=self.settings.session_tombstones)
-            entry = self.entries[policy.name] = ModelEntry(policy.name, resolver)
+            sessions = SessionLifecycle(policy.name, remote, tombstones=self.settings.session_tombstones)
+            entry = self.entries[policy.name] = ModelEntry(policy.name, sessions)
         if policy.version in entry.versions:
             raise VersionConflict(
                 f"model {policy.name!r} version {policy.version!r} is already loaded; unload it first",

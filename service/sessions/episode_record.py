@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rlserve.service.sessions.episodes import MAX_AGENT_ID_LENGTH, Episode, Seat
+from rlserve.service.sessions.episode_store import MAX_AGENT_ID_LENGTH, Episode, Seat
 from rlserve.service.sessions.record import RecordError
 
 FORMAT = "rlserve-episode"

@@ -28,7 +28,7 @@ from typing import Any
 from rlserve.service.errors import InternalError, ServiceError, SessionConflict, SessionExpired, StoreUnavailable
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.sessions.episode_record import decode_episode, encode_episode
-from rlserve.service.sessions.episodes import Episode, EpisodeStore
+from rlserve.service.sessions.episode_store import Episode, EpisodeStore
 from rlserve.service.sessions.record import RecordError
 from rlserve.service.sessions.redis_client import RedisSessions
 

@@ -17,6 +17,7 @@ from gymnasium import spaces as gs
 
 from rlserve.service.errors import InvalidInput
 from rlserve.service.serving.pipeline import Pipeline
+from rlserve.service.sessions.lifecycle import Bound
 from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec, columns, masks, windows
 from rlserve.service.step.codec import F32_LIMIT, F32_MAX
@@ -70,6 +71,10 @@ class Step:
     clip: bool = False
     event_ids: list[str | None] | None = None
     closed: list[Any] | None = None  # the transitions this request closed, until its answer stands
+
+    def take_sessions(self, bound: Bound) -> None:
+        """The sessions the request bound (``SessionLifecycle.bind``), for its batch."""
+        self.sessions, self.restarts, self.has_sessions = bound.sessions, bound.restarts, True
 
 
 class Preparer:

@@ -248,7 +248,7 @@ async def test_an_import_over_an_agent_session_in_flight_is_refused_before_anyth
     write into a slot the import gave away). Once answered, the same import goes through."""
     import msgspec
 
-    from rlserve.service.sessions.episodes import agent_session_id
+    from rlserve.service.sessions.episode_store import agent_session_id
 
     app, client = client_of()
     octet = {"accept": "application/octet-stream"}

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from rlserve.service.sessions.episode_record import decode_episode, encode_episode
-from rlserve.service.sessions.episodes import Episode, Seat
+from rlserve.service.sessions.episode_store import Episode, Seat
 from rlserve.service.sessions.record import RecordError
 
 

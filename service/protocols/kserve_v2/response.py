@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.use_case import Accepted, ActService
-from rlserve.service.errors import BadRequest, ServiceError, quoted
+from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.layout import Layout
 from rlserve.service.protocols.kserve_v2.tensors import write_output
 from rlserve.service.protocols.kserve_v2.wire import (
@@ -174,10 +174,5 @@ def _served(accepted: Accepted, output: StepOutput | KeptAnswer) -> Any:
 def _end_sequence(accepted: Accepted) -> None:
     """sequence_end: the step was served; end its session (a later sequence_start with the
     same id starts a new one). Already gone (ended meanwhile) is fine."""
-    session = accepted.sessions[0]
-    if session is None or session.ended:
-        return
-    try:
-        accepted.policy.sessions.end(session.id)
-    except ServiceError:
-        pass
+    if accepted.bound is not None:
+        accepted.bound.end()

@@ -16,7 +16,7 @@ from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.episode_record import decode_episode, encode_episode
-from rlserve.service.sessions.episodes import Episode, Seat, agent_session_id, validate_episode_id
+from rlserve.service.sessions.episode_store import Episode, Seat, agent_session_id, validate_episode_id
 from rlserve.service.sessions.import_check import check_contents
 from rlserve.service.sessions.record import RecordError, SessionRecord, record_version
 
@@ -43,7 +43,7 @@ class EpisodeService:
         for agent_id, seat in episode.seats.items():
             entry = self.registry.entry(served.member(seat.policy))
             session = await entry.sessions.lookup(seat.session_id)
-            records[agent_id] = await entry.policy_of(session).sessions.export_session(session)
+            records[agent_id] = await entry.sessions.export(session)
         return encode_episode(episode, records)
 
     async def end(self, name: str, episode_id: str) -> dict[str, Any]:
@@ -56,7 +56,7 @@ class EpisodeService:
                 session = await entry.sessions.lookup(seat.session_id)
             except ServiceError:  # the agent's state is gone already (expired)
                 continue
-            await entry.policy_of(session).sessions.end_session(session)
+            await entry.sessions.close(session)
         episode.seats.clear()
         await _wait(served.episodes.finish(episode))
         return info
@@ -74,7 +74,7 @@ class EpisodeService:
                                f"does not serve (its policies: {sorted(served.members)})", field="body",
                                expected=EXPORTED, received=f"{len(data)} bytes")
         old = served.episodes.live(episode_id)
-        if old is not None and old.inflight:
+        if served.episodes.in_flight(episode_id):
             raise SessionBusy(f"episode {episode_id!r} has a request in flight; retry when it is answered",
                               field="episode_id", received=episode_id)
         seats = {agent: Seat(seat.policy, agent_session_id(episode_id, agent)) for agent, seat in record.seats.items()}
@@ -82,13 +82,11 @@ class EpisodeService:
         decoded = {agent: self._agent_record(served, agent, seat, record.records[agent])
                    for agent, seat in seats.items()}
         for agent, seat in seats.items():  # an agent's session may be stepped as its member model's
-            if decoded[agent][0].in_flight(seat.session_id):
-                raise SessionBusy(f"agent {agent!r} of episode {episode_id!r} has a request in flight; retry "
-                                  "when it is answered", field=f"body.records.{agent}", received=seat.session_id)
+            decoded[agent][0].sessions.check_idle(seat.session_id, f"body.records.{agent}",
+                                                  f"agent {agent!r} of episode {episode_id!r}")
         for agent, seat in seats.items():
             entry, policy, session_record = decoded[agent]
-            entry.forget_elsewhere(seat.session_id, policy)
-            await policy.sessions.import_session(seat.session_id, session_record)
+            await entry.sessions.import_record(seat.session_id, policy.version, session_record)
         if old is not None:
             for agent, seat in old.seats.items():
                 if agent not in seats:
@@ -108,7 +106,7 @@ class EpisodeService:
         field = f"body.records.{agent}"
         try:
             policy = entry.policy(record_version(data))
-            record = policy.sessions.layout.decode(data)
+            record = entry.sessions.layout(policy.version).decode(data)
             check_contents(record, policy.bundle.manifest.signature, policy.pipeline)
             return entry, policy, record
         except (RecordError, ServiceError) as exc:

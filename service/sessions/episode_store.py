@@ -180,6 +180,21 @@ class EpisodeStore:
     def end(self, episode: Episode, reason: str = "ended by the client") -> None:
         self._drop(episode, reason)
 
+    def pin(self, episode: Episode) -> None:
+        """A request of the episode was accepted: never evicted or expired until ``unpin``."""
+        episode.inflight += 1
+
+    def unpin(self, episode: Episode) -> None:
+        """The request's batches are over: one more step of the episode, used now."""
+        episode.inflight -= 1
+        episode.steps += 1
+        self.touch(episode)
+
+    def in_flight(self, episode_id: str) -> bool:
+        """Whether a request of the live episode ``episode_id`` is in flight here."""
+        episode = self.live(episode_id)
+        return episode is not None and episode.inflight > 0
+
     async def open(self, episode_id: str | None, seed: int | None) -> Episode:
         """``create`` for the routes (an external store refuses an id it holds)."""
         return self.create(episode_id, seed)
