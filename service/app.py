@@ -36,6 +36,7 @@ from rlserve.service.api import (
 )
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import (
     MAX_ECHO,
     BadRequest,
@@ -55,7 +56,6 @@ from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_r
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.redaction import PathRedactor
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
 from rlserve.service.sessions.redis_client import RedisSessions

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
-from rlserve.service.serving.runtime.device import DeviceRequest
+from rlserve.service.device_request import DeviceRequest
 
 PREFIX = "RLSERVE_"
 # RLSERVE_* variables that are not server settings, so a shell that exports them can still

@@ -19,10 +19,10 @@ from rlserve.models.export.errors import BundleError
 from rlserve.models.export.names import NAME_RULE, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping, MappingError
 from rlserve.models.multiagent.policy_set import PolicySet, is_policy_set, load_policy_set, member_name
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.checkpoints import is_checkpoint
 from rlserve.service.serving.loading import build_policy
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.sessions.episodes import EpisodeStore
 from rlserve.service.sessions.redis_client import RedisSessions

@@ -20,10 +20,10 @@ import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
+from rlserve.service.engine.batcher import RunFn
+from rlserve.service.engine.pipeline import Pipeline
+from rlserve.service.engine.runtime import Runtime
 from rlserve.service.errors import BatchFailed, ServiceError, StoreUnavailable
-from rlserve.service.serving.batcher import RunFn
-from rlserve.service.serving.pipeline import Pipeline
-from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
 from rlserve.service.step import codec, masks, windows

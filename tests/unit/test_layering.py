@@ -111,5 +111,5 @@ def test_only_the_routers_and_the_app_import_fastapi() -> None:
 def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     """The rules above would pass vacuously if ``_imports`` found nothing."""
     imports = _imports(ROOT / "service" / "step" / "prepare.py")
-    assert "rlserve.service.serving.pipeline" in imports
+    assert "rlserve.service.engine.pipeline" in imports
     assert _offending([ROOT / "service" / "app.py"], ("fastapi",)) != []
