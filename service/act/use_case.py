@@ -46,8 +46,8 @@ from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.sessions.resolver import Binding
 from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import Expect

@@ -48,8 +48,8 @@ from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import Expect
 

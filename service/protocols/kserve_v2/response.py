@@ -26,8 +26,8 @@ from rlserve.service.protocols.kserve_v2.wire import (
     InferResponse,
 )
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 
 _JSON = [(b"content-type", b"application/json")]
 
