@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.service.experience.event_ids import never_given
-from rlserve.service.experience.recorder import Recorder, env_actions_of
+from rlserve.service.experience.recorder import Recorder
 from rlserve.service.experience.records import ModelLog, RewardEvent
 from rlserve.service.experience.writer import ExperienceWriter
 
@@ -76,7 +76,7 @@ class ExperienceLog:
         assert model is not None
         policy.preparer.keep_raw = True
         policy.step.recorder = Recorder(model, self.writer, version=policy.version, rate=rate,
-                                        env_actions=env_actions_of(pipeline))
+                                        env_actions=policy.step.env_actions)
         log.info("experience log: recording %s (%.0f%% of episodes) under %s", policy.key, 100 * rate,
                  model.directory)
 

@@ -25,7 +25,7 @@ from rlserve.service.engine.runtime import Runtime
 from rlserve.service.errors import BatchFailed, ServiceError, StoreUnavailable
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
-from rlserve.service.step import masks, windows
+from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.kept import KeptAnswer, check_index, pack_answer
 from rlserve.service.step.output import DIST_INPUT_NAMES, BatchOutput, StepOutput
 from rlserve.service.step.prepare import Step
@@ -70,6 +70,15 @@ class BatchStep:
             if step.expect_steps is not None:
                 return self._run_indexed(steps)
         return self._run(steps)
+
+    def env_actions(self, actions: Any, unsquash: bool, clip: bool) -> list[Any]:
+        """The answered actions of model-space samples ``actions``, unsquashed and clipped
+        as a request asked, as JSON values (what the experience log records beside them)."""
+        if unsquash:
+            actions = self.pipeline.unsquash(actions)
+        if clip:
+            actions = self.pipeline.clip(actions)
+        return codec.encode_batch(self.pipeline.action_space, actions)
 
     def _run_indexed(self, steps: list[Step]) -> list[Any]:
         results: list[Any] = [None] * len(steps)
