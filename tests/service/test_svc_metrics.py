@@ -6,7 +6,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 
 from rlserve.service.engine.metrics import LATENCY_BUCKETS, FastHistogram
-from rlserve.service.server import serve_main
+from rlserve.service.serve_command import serve_main
 
 
 def _samples(registry_or_collector) -> dict[tuple, float]:
