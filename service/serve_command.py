@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from rlserve.models.export.set_cli import SetInputError, mapping_from_args
+from rlserve.models.multiagent.mapping_flags import SetInputError, mapping_from_args
 from rlserve.service.server import STARTUP_REFUSED, configure_logging, one_line, serve
 from rlserve.service.startup import StartRefused, check_start, listening_socket, load_settings
 from rlserve.service.workers import run_workers

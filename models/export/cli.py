@@ -31,8 +31,9 @@ from typing import Any, TextIO
 
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.out_folder import OutFolderError, replacing
-from rlserve.models.export.set_cli import SetInputError, add_set_arguments, export_set, format_policy_set, wants_set
+from rlserve.models.export.set_cli import add_set_arguments, export_set, format_policy_set, wants_set
 from rlserve.models.extras import TORCH_EXTRA, missing
+from rlserve.models.multiagent.mapping_flags import SetInputError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
