@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
+from rlserve.models.multiagent.mapping import AgentMapping, MappingError
 from rlserve.service.device_request import DeviceRequest
 
 PREFIX = "RLSERVE_"
@@ -205,8 +206,6 @@ class Settings(BaseSettings):
     @classmethod
     def _mapping(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
-            from rlserve.models.multiagent.mapping import AgentMapping, MappingError
-
             try:
                 AgentMapping.from_json(value)
             except MappingError as exc:

@@ -15,9 +15,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.from_rlmodule import RLModuleExportError
+from rlserve.models.export.policy_set_export import export_policy_set, policy_set_from_bundles
+from rlserve.models.export.report import format_manifest
 from rlserve.models.multiagent.mapping import MappingError
 from rlserve.models.multiagent.mapping_flags import SetInputError, flag_pair, mapping_from_args
+from rlserve.models.multiagent.policy_set import load_policy_set, member_name
+from rlserve.models.traced import TraceError
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +44,6 @@ def wants_set(args: argparse.Namespace) -> bool:
 
 def export_set(args: argparse.Namespace, progress: Any) -> str:
     """Export the set the flags describe; returns what was written (for the last line)."""
-    from rlserve.models.export.policy_set_export import export_policy_set, policy_set_from_bundles
-
     mapping = mapping_from_args(args)
     if args.out.exists() and any(args.out.iterdir()):
         raise SetInputError(f"--out: {str(args.out)!r} exists and is not empty")
@@ -59,11 +63,8 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
     else:
         if args.checkpoint is None:
             raise SetInputError("a policy set needs a multi-policy CHECKPOINT or --bundle POLICY=PATH members")
-        from rlserve.models.checkpoint import CheckpointError
-        from rlserve.models.export.from_rlmodule import RLModuleExportError
         from rlserve.models.rllib_import import WeightImportError
         from rlserve.models.rlmodules.catalog import RLModuleWeightError
-        from rlserve.models.traced import TraceError
 
         formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
         try:
@@ -79,9 +80,6 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
 
 def format_policy_set(path: Path, verified: bool) -> str:
     """``rlserve inspect`` of a set: its header, the mapping's rules, then each member."""
-    from rlserve.models.export.report import format_manifest
-    from rlserve.models.multiagent.policy_set import load_policy_set, member_name
-
     with load_policy_set(path, verify_checksums=verified) as policy_set:
         check = "all members' sha256 checksums verified" if verified else "checksums NOT verified (--no-verify)"
         lines = [

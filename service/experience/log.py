@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlserve.service.experience import files
 from rlserve.service.experience.event_ids import never_given
 from rlserve.service.experience.recorder import Recorder
 from rlserve.service.experience.records import ModelLog, RewardEvent
@@ -36,7 +37,7 @@ class ExperienceLog:
         # thousands of objects are then in place when `rlserve serve` moves everything loaded
         # at start out of the garbage collector's view (gc.freeze), instead of being scanned
         # by every full collection while the server runs.
-        from rlserve.service.experience import files, tables  # noqa: F401
+        from rlserve.service.experience import tables  # noqa: F401
 
         files.load_parquet()
         self.root = root
