@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .source_imports import ROOT, from_module, module_name, package_of
 
 # The server's floors, bottom to top: the modules of each (``rlserve.service.<first name>``).
 FLOORS: dict[str, tuple[str, ...]] = {
@@ -65,30 +65,16 @@ CIRCLES_LEFT = {
 }
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[:2] == ["service", "client"]:
-        parts = ["client", *parts[2:]]
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(["rlserve", *parts])
-
-
 def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports (absolute names; relative imports resolved)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    """Every module ``path`` imports (absolute names; relative imports resolved), and for a
+    ``from`` import each name it takes (``module.name``)."""
+    package = package_of(path)
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = from_module(node, package)
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
     return found
@@ -120,7 +106,7 @@ def _floor(module: str) -> str:
 
 
 def _service_modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in _files("service", exclude="service/client")}
+    return {module_name(path): path for path in _files("service", exclude="service/client")}
 
 
 def _project_imports(path: Path, modules: dict[str, Path]) -> set[str]:
@@ -194,7 +180,7 @@ def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 def test_no_module_imports_itself_back() -> None:
-    modules = {_module_name(path): path for folder in ("models", "service") for path in _files(folder)}
+    modules = {module_name(path): path for folder in ("models", "service") for path in _files(folder)}
     graph = {module: _project_imports(path, modules) - {module} for module, path in modules.items()}
     circles = [sorted(circle) for circle in _circles(graph) if circle not in CIRCLES_LEFT]
     assert circles == []

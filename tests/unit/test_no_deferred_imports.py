@@ -16,9 +16,8 @@ library at its top, loaded only when that extra's feature runs.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .source_imports import ROOT, from_module, module_name
 
 _TORCH = "imports torch at its top (the [torch] extra): loaded only when an export runs"
 _RAY = "imports torch at its top and restores the user's code with ray: only for a --trust-code export"
@@ -64,15 +63,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[:2] == ["service", "client"]:
-        parts = ["client", *parts[2:]]
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(["rlserve", *parts])
-
-
 def _is_module(name: str) -> bool:
     """Whether ``name`` is a module or package of this repository (``rlserve.x.y``)."""
     parts = name.split(".")[1:]
@@ -90,11 +80,7 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
     a package counts as that module where it is one); none for a third-party import."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names if alias.name.split(".")[0] == "rlserve"]
-    if node.level:
-        base = package.split(".")[: len(package.split(".")) - node.level + 1]
-        module = ".".join(base + ([node.module] if node.module else []))
-    else:
-        module = node.module or ""
+    module = from_module(node, package)
     if module.split(".")[0] != "rlserve":
         return []
     found = [f"{module}.{alias.name}" for alias in node.names if _is_module(f"{module}.{alias.name}")]
@@ -136,7 +122,7 @@ def _found() -> dict[tuple[str, str], list[int]]:
     assert len(files) > 100, "the source tree was not found"
     found: dict[tuple[str, str], list[int]] = {}
     for path in files:
-        for line, target in deferred_imports(path.read_text(), _module_name(path), path.name == "__init__.py"):
+        for line, target in deferred_imports(path.read_text(), module_name(path), path.name == "__init__.py"):
             found.setdefault((str(path.relative_to(ROOT)), target), []).append(line)
     return found
 
