@@ -40,6 +40,7 @@ from rlserve.models.networks.complex_input import (
 from rlserve.models.networks.custom_policy import declares_signature
 from rlserve.models.networks.fcnet import FullyConnectedNetwork
 from rlserve.models.networks.policy import FeedForwardPolicy, HeadedPolicy
+from rlserve.models.networks.q_model import DQNModel
 from rlserve.models.networks.visionnet import VisionNetwork
 from rlserve.models.preprocessors import get_preprocessor
 from rlserve.models.q_config import q_model_config, q_num_outputs
@@ -193,8 +194,6 @@ def _build_q_model(
 ) -> nn.Module:
     """DQN's builder (``build_q_model_and_distribution``): the base with DQN's num_outputs
     rule (and its ``no_final_linear`` side effect), then the Q-head."""
-    from rlserve.models.networks.q_model import DQNModel
-
     if not isinstance(action_space, gs.Discrete):
         raise ValueError(f"q_model: DQN needs a Discrete action space, got {action_space!r}")
     default_outputs, no_final_linear = q_num_outputs(q, config, int(action_space.n))

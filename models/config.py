@@ -17,6 +17,9 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rlserve.models.config_error import ConfigError
+from rlserve.models.q_config import q_model_config
+
 __all__ = [
     "ACTIVATIONS",
     "DEPRECATED_VALUE",
@@ -133,25 +136,6 @@ _RENAMED = {
 # rlserve's own model config keys, kept only when given (RLlib's configs never hold them):
 # "q_model" holds DQN's Q-head settings (models/q_config.py).
 EXTENSION_KEYS = ("q_model",)
-
-
-class ConfigError(ValueError):
-    """An invalid model config; the message names the key, expected and received."""
-
-    def __init__(self, key: str, expected: str, received: Any, hint: str = "", received_text: str | None = None):
-        self.key = key
-        self.expected = expected
-        self.received = received
-        got = received_text if received_text is not None else _describe(received)
-        message = f"model config '{key}': expected {expected}, got {got}"
-        super().__init__(message + (f". {hint}" if hint else ""))
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return f"{type(value).__name__} {text}"
 
 
 def canonical_activation(name: Any, key: str = "activation") -> str | None:
@@ -378,8 +362,6 @@ def validate_model_config(cfg: Mapping[str, Any], action_space: Any = None) -> N
         if key not in MODEL_DEFAULTS and key not in EXTENSION_KEYS:
             raise _unknown_key(key)
     if cfg.get("q_model") is not None:
-        from rlserve.models.q_config import q_model_config  # imports this module
-
         q_model_config(cfg)
         if cfg.get("use_lstm") or cfg.get("use_attention"):
             raise ConfigError("q_model", "no use_lstm/use_attention (DQN's Q-model is feedforward)", cfg["q_model"])

@@ -23,6 +23,15 @@ from typing import Any
 
 from torch import nn
 
+from rlserve.models.networks import (
+    action_mask,
+    autoregressive,
+    batch_norm,
+    frame_stacking,
+    parametric_actions,
+    rnn_model,
+)
+
 __all__ = [
     "UnknownCustomModelError",
     "get_custom_model",
@@ -83,19 +92,11 @@ _builtins_loaded = False
 
 
 def _ensure_builtins() -> None:
-    # Lazy: the built-in models import the networks (torch), the registry itself does not.
+    # Registered at the first lookup, each name only where the user registered none.
     global _builtins_loaded
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    from rlserve.models.networks import (
-        action_mask,
-        autoregressive,
-        batch_norm,
-        frame_stacking,
-        parametric_actions,
-        rnn_model,
-    )
 
     builtins = (
         ("action_mask", action_mask, action_mask.ActionMaskModel),

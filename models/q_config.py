@@ -20,7 +20,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from rlserve.models.config import ConfigError
+from rlserve.models.config_error import ConfigError
 
 __all__ = ["Q_MODEL_DEFAULTS", "Q_MODEL_KEY", "q_model_config", "q_num_outputs"]
 

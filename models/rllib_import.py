@@ -31,6 +31,7 @@ from rlserve.models.checkpoint import (
     policy_weights,
     read_state,
 )
+from rlserve.models.newstack.state import read_state_file
 
 __all__ = ["WeightImportError", "load_rllib_weights", "read_weights_file", "rllib_key_candidates"]
 
@@ -155,8 +156,6 @@ def read_weights_file(path: str | os.PathLike[str], policy_id: str | None = None
 
 def _module_state(path: Path) -> dict[str, np.ndarray]:
     """An RLModule's ``module_state`` file (new API stack): its state dict, read as data."""
-    from rlserve.models.newstack.state import read_state_file
-
     try:
         state = read_state_file(path)
     except CheckpointError as exc:

@@ -49,8 +49,8 @@ def measure(repo: Path, rows: int, requests: int, seconds: float) -> dict[str, f
     import numpy as np
 
     from rlserve.service.act.binary import raw_rows
+    from rlserve.service.engine.runtime.staging import HostStaging
     from rlserve.service.serving.loading import load_policy
-    from rlserve.service.serving.runtime.staging import HostStaging
     from rlserve.service.settings import Settings
     from rlserve.service.step.batch import BatchStep
     from rlserve.service.step.sizes import Expect

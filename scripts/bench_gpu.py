@@ -189,7 +189,7 @@ def cuda_missing() -> str | None:
     """Why this machine cannot serve on CUDA (None when it can)."""
     import onnxruntime as ort
 
-    from rlserve.service.serving.runtime.device import CUDA_EP, cuda_device_count
+    from rlserve.service.engine.runtime.device import CUDA_EP, cuda_device_count
 
     if CUDA_EP not in ort.get_available_providers():
         return f"onnxruntime {ort.__version__} has no {CUDA_EP}"

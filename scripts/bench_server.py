@@ -119,7 +119,7 @@ def start_rlserve(repo: Path, env_extra: dict[str, str], code_root: Path | None 
     port = free_port()
     path = str(ROOT) if code_root is None else f"{code_root}{os.pathsep}{ROOT}"
     env = {**os.environ, "PYTHONPATH": path, "RLSERVE_LOG_LEVEL": "warning", **env_extra}
-    code = "import sys; from rlserve.service.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    code = "import sys; from rlserve.service.serve_command import serve_main; sys.exit(serve_main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "--repository", str(repo), "--port", str(port)], env=env,
                             preexec_fn=_pinned)
     wait_ready(port, "/readyz", proc)

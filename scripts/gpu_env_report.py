@@ -42,7 +42,7 @@ def driver() -> None:
         print(subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout)
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"nvidia-smi: {exc}")
-    from rlserve.service.serving.runtime.device import cuda_device_count
+    from rlserve.service.engine.runtime.device import cuda_device_count
 
     print(f"rlserve's driver probe (libcuda.so.1): {cuda_device_count()}")
     print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")
@@ -101,7 +101,7 @@ def onnx_cuda() -> bool:
     import onnx
     import onnxruntime as ort
 
-    from rlserve.service.serving.runtime.onnx import OnnxRuntime
+    from rlserve.service.engine.runtime.onnx import OnnxRuntime
 
     print(f"onnxruntime {ort.__version__} from {ort.__file__}; device {ort.get_device()}")
     print(f"available providers: {ort.get_available_providers()}")

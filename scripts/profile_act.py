@@ -46,7 +46,7 @@ def profile(repo: Path, n: int) -> list[tuple[str, float]]:
 
     from rlserve.service.act.use_case import Accepted, ActService
     from rlserve.service.act.wire import decode_request, to_rows
-    from rlserve.service.serving.batcher import BatchInfo, Job
+    from rlserve.service.engine.batcher import BatchInfo, Job
     from rlserve.service.serving.loading import load_policy
     from rlserve.service.serving.registry import ModelRegistry
     from rlserve.service.settings import Settings

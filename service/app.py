@@ -36,6 +36,7 @@ from rlserve.service.api import (
 )
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
 from rlserve.service.api.schemas import ErrorResponse
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import (
     MAX_ECHO,
     BadRequest,
@@ -51,11 +52,11 @@ from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.multiagent.episode_service import EpisodeService
 from rlserve.service.multiagent.route import AgentsActRoute
 from rlserve.service.multiagent.use_case import AgentsActService
+from rlserve.service.protocols.kserve_v2 import metadata
 from rlserve.service.protocols.kserve_v2.errors import error_reply as v2_error_reply
 from rlserve.service.protocols.kserve_v2.handler import InferService
 from rlserve.service.protocols.kserve_v2.route import InferRoute
 from rlserve.service.redaction import PathRedactor
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
 from rlserve.service.sessions.redis_client import RedisSessions
@@ -195,7 +196,6 @@ async def _lifespan(app: RLServeApp):
 
 async def _start_grpc(app: RLServeApp) -> Any:
     """The Open Inference Protocol's gRPC service on ``RLSERVE_GRPC_PORT``, on this loop."""
-    from rlserve.service.protocols.kserve_v2 import metadata
     from rlserve.service.protocols.kserve_v2.grpc_server import GrpcInferenceService, start_server
 
     state, settings = app.state, app.state.settings

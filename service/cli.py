@@ -13,7 +13,7 @@ from importlib import metadata
 
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, function, one-line help)
-    "serve": ("rlserve.service.server", "serve_main", "run the HTTP service on a model repository"),
+    "serve": ("rlserve.service.serve_command", "serve_main", "run the HTTP service on a model repository"),
     "export": ("rlserve.models.export.cli", "export_main", "export an RLlib policy to a bundle"),
     "inspect": ("rlserve.models.export.cli", "inspect_main", "print a bundle's manifest"),
     "demo": ("rlserve.client.demo", "demo_main", "play episodes against a running service"),

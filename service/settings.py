@@ -18,7 +18,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rlserve.models.export.archive import MAX_UNPACKED_BYTES
-from rlserve.service.serving.runtime.device import DeviceRequest
+from rlserve.models.multiagent.mapping import AgentMapping, MappingError
+from rlserve.service.device_request import DeviceRequest
 
 PREFIX = "RLSERVE_"
 # RLSERVE_* variables that are not server settings, so a shell that exports them can still
@@ -205,8 +206,6 @@ class Settings(BaseSettings):
     @classmethod
     def _mapping(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
-            from rlserve.models.multiagent.mapping import AgentMapping, MappingError
-
             try:
                 AgentMapping.from_json(value)
             except MappingError as exc:

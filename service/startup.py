@@ -29,6 +29,8 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from rlserve.models.extras import EXPERIENCE_EXTRA, TORCH_EXTRA, missing
+from rlserve.service.serving.checkpoints import cached_export, not_servable, parse_checkpoint_arg
+from rlserve.service.sessions.redis_client import redacted
 from rlserve.service.settings import PREFIX, Settings, UnknownSetting
 
 # The settings `rlserve serve` also takes as flags (a refusal names the one the user gave).
@@ -141,8 +143,6 @@ def _extras(settings: Settings, given: Collection[str]) -> list[str]:
                      + ", ".join(missing(EXPERIENCE_EXTRA)))
     lacking = missing(TORCH_EXTRA) if settings.checkpoints else []
     if lacking:
-        from rlserve.service.serving.checkpoints import cached_export
-
         for spec in settings.checkpoints:
             if cached_export(spec, settings) is None:
                 lines.append(
@@ -153,8 +153,6 @@ def _extras(settings: Settings, given: Collection[str]) -> list[str]:
 
 
 def _paths(settings: Settings, given: Collection[str]) -> list[str]:
-    from rlserve.service.serving.checkpoints import not_servable, parse_checkpoint_arg
-
     lines = []
     repo = settings.repository
     if repo is not None and not repo.is_dir():
@@ -211,8 +209,6 @@ def _grpc(settings: Settings, given: Collection[str]) -> list[str]:
 def _store(settings: Settings) -> list[str]:
     """Ask the store for a PING, within its timeout."""
     import redis
-
-    from rlserve.service.sessions.redis_client import redacted
 
     url = settings.session_store
     assert url is not None

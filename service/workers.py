@@ -29,7 +29,10 @@ import threading
 import time
 from typing import Any
 
-from rlserve.service.server import STARTUP_REFUSED, http_address
+from rlserve.service.errors import BundleInvalid
+from rlserve.service.server import STARTUP_REFUSED, configure_logging, http_address, one_line, serve
+from rlserve.service.serving.checkpoints import parse_checkpoint_arg
+from rlserve.service.serving.loading import load_policy
 from rlserve.service.settings import Settings
 
 log = logging.getLogger("rlserve.workers")
@@ -104,8 +107,6 @@ def _start(context: Any, settings: Settings, sock: socket.socket, index: int) ->
 
 
 def _worker(settings: Settings, sock: socket.socket) -> None:
-    from rlserve.service.server import one_line, serve
-
     threading.Thread(target=_stop_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
     try:
         status = serve(settings, sockets=[sock])  # STARTUP_REFUSED: a named checkpoint did not load
@@ -121,11 +122,6 @@ def _worker(settings: Settings, sock: socket.socket) -> None:
 def _export_checkpoints(settings: Settings) -> None:
     """Export every ``--checkpoint`` into the export cache; exit 2 with one line per
     checkpoint that cannot be."""
-    from rlserve.service.errors import BundleInvalid
-    from rlserve.service.server import configure_logging
-    from rlserve.service.serving.checkpoints import parse_checkpoint_arg
-    from rlserve.service.serving.loading import load_policy
-
     configure_logging(settings)
     status = 0
     for spec in settings.checkpoints:

@@ -15,7 +15,7 @@ import pytest
 
 from rlserve.models.export.exporter import ATOL, RTOL
 from rlserve.models.export.verify import MAX_RTOL, UNIT_ROUNDOFF, compare_outputs, output_scale
-from rlserve.service.serving.runtime.device import CUDA_EP, cuda_device_count
+from rlserve.service.engine.runtime.device import CUDA_EP, cuda_device_count
 
 
 @functools.cache

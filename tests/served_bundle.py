@@ -18,7 +18,7 @@ from rlserve.models.distributions import flatten_actions
 from rlserve.models.export.bundle import Bundle
 from rlserve.models.export.onnx import onnx_runner
 from rlserve.models.export.torchscript import torchscript_runner
-from rlserve.service.serving.pipeline import Pipeline
+from rlserve.service.engine.pipeline import Pipeline
 
 # float32 graphs against RLlib's float32 torch: 1e-5 relative plus the export tolerance's
 # absolute floor (the bundle's atol, 1e-6) scaled up to what reordered float32 sums differ by.

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from ..q_config import q_model_config
 from ..spaces import Simplex, space_from_json, space_to_json
 from .base import ActionDistribution
 from .beta import Beta
@@ -309,8 +310,6 @@ def _explicit_spec(
 
 def _q_spec(space: gs.Space, config: dict[str, Any]) -> ActionDistSpec:
     """A Q-policy (``model_config["q_model"]``): greedy / epsilon-greedy over the Q-values."""
-    from ..q_config import q_model_config
-
     q = q_model_config(config)
     assert q is not None
     if not isinstance(space, gs.Discrete):

@@ -1,9 +1,9 @@
-"""Single-file bundle archives (``*.rlsb``) packed and unpacked safely (torch-free).
+"""Single-file bundle archives (``*.rlsb``) unpacked safely (torch-free).
 
-An archive is a tar of the bundle's files, gzip-compressed (what ``pack_bundle`` and
-``rlserve export --archive`` write) or plain. Other compressions (bzip2, xz, zstd, ...) and
-other formats are refused: nothing rlserve writes uses them, and their decompressors cost
-more CPU and memory per byte of archive.
+An archive is a tar of the bundle's files, gzip-compressed (what ``pack_bundle`` writes:
+``bundle.py``, since it loads the bundle first; and ``rlserve export --archive``) or plain.
+Other compressions (bzip2, xz, zstd, ...) and other formats are refused: nothing rlserve
+writes uses them, and their decompressors cost more CPU and memory per byte of archive.
 
 A bundle is flat and self-describing, so unpacking follows its manifest, member by member:
 the archive's first file must be ``manifest.json``, and every later member must be a file
@@ -62,49 +62,6 @@ def check_plain_name(name: str, what: str = "file name") -> str:
 def _show(name: object, limit: int = 120) -> str:
     text = repr(name)
     return text if len(text) <= limit else text[:limit - 4] + "...'"
-
-
-# --------------------------------------------------------------------------- packing
-
-def pack_bundle(bundle_dir: str | os.PathLike[str], archive_path: str | os.PathLike[str]) -> Path:
-    """Write the manifest and every file it lists into a gzip'd tar at ``archive_path``.
-
-    The bundle is loaded (and its checksums verified) first, so a broken bundle is never
-    packed. The manifest comes first (unpacking needs it first), then the files in sorted
-    order, with zeroed owner and time fields, so the same bundle packs to the same bytes.
-    The archive appears atomically (temp + rename).
-    """
-    from rlserve.models.export.bundle import load_bundle
-
-    bundle = load_bundle(bundle_dir)
-    archive_path = Path(archive_path)
-    archive_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = archive_path.with_name(archive_path.name + ".partial")
-    names = [MANIFEST_NAME, *sorted(bundle.manifest.files)]
-    try:
-        # No name and mtime=0 in the gzip header either, for reproducible bytes.
-        with (
-            open(tmp, "wb") as raw,
-            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            for name in names:
-                _add_file(tar, bundle.root / name, name)
-        os.replace(tmp, archive_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return archive_path
-
-
-def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = path.stat().st_size
-    info.mode = 0o644
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    with open(path, "rb") as fh:
-        tar.addfile(info, fh)
 
 
 # --------------------------------------------------------------------------- unpacking

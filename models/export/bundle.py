@@ -18,9 +18,11 @@ The server calls ``verify_reference`` with its own runtime before it serves a bu
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
+import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +35,6 @@ from rlserve.models.export.archive import (
     MANIFEST_NAME,
     MAX_UNPACKED_BYTES,
     check_plain_name,
-    pack_bundle,
     unpack_bundle,
 )
 from rlserve.models.export.errors import BundleError
@@ -320,6 +321,47 @@ def _check_digests(data: dict[str, Any], root: Path) -> None:
             raise BundleError(
                 f"{name}: sha256 {actual} does not match the manifest's {expected}; the file was modified"
             )
+
+
+# --------------------------------------------------------------------------- packing
+
+def pack_bundle(bundle_dir: str | os.PathLike[str], archive_path: str | os.PathLike[str]) -> Path:
+    """Write the manifest and every file it lists into a gzip'd tar at ``archive_path``.
+
+    The bundle is loaded (and its checksums verified) first, so a broken bundle is never
+    packed. The manifest comes first (unpacking needs it first), then the files in sorted
+    order, with zeroed owner and time fields, so the same bundle packs to the same bytes.
+    The archive appears atomically (temp + rename).
+    """
+    bundle = load_bundle(bundle_dir)
+    archive_path = Path(archive_path)
+    archive_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive_path.with_name(archive_path.name + ".partial")
+    names = [MANIFEST_NAME, *sorted(bundle.manifest.files)]
+    try:
+        # No name and mtime=0 in the gzip header either, for reproducible bytes.
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for name in names:
+                _add_file(tar, bundle.root / name, name)
+        os.replace(tmp, archive_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return archive_path
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = path.stat().st_size
+    info.mode = 0o644
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    with open(path, "rb") as fh:
+        tar.addfile(info, fh)
 
 
 # --------------------------------------------------------------------------- reference check

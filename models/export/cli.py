@@ -29,10 +29,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlserve.models.checkpoint import CheckpointError, read_checkpoint
+from rlserve.models.checkpoint.policy import LegacyCheckpointError
+from rlserve.models.config import merge_model_config
+from rlserve.models.export.bundle import load_bundle, pack_bundle
+from rlserve.models.export.cli_newstack import export_new_stack
+from rlserve.models.export.cli_traced import export_traced_modelv2
+from rlserve.models.export.describe import describe_action_dist
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.out_folder import OutFolderError, replacing
-from rlserve.models.export.set_cli import SetInputError, add_set_arguments, export_set, format_policy_set, wants_set
+from rlserve.models.export.report import format_manifest
+from rlserve.models.export.set_cli import add_set_arguments, export_set, format_policy_set, wants_set
 from rlserve.models.extras import TORCH_EXTRA, missing
+from rlserve.models.filters import filter_from_state
+from rlserve.models.multiagent.mapping_flags import SetInputError
+from rlserve.models.multiagent.policy_set import POLICY_SET_MANIFEST, is_policy_set
+from rlserve.models.newstack import is_new_stack
+from rlserve.models.spaces import space_from_json
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -130,24 +143,17 @@ def export_main(argv: list[str]) -> int:
 
 
 def _export(args: argparse.Namespace, progress: Progress) -> int:
-    from rlserve.models.newstack import is_new_stack
-
     if args.checkpoint is not None and is_new_stack(args.checkpoint):
-        from rlserve.models.export.cli_newstack import export_new_stack
-
         bundle = export_new_stack(args, progress, InputError)
         return _finish(args, bundle, progress)
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     checkpoint = _read_checkpoint(args, progress)
     if checkpoint is not None and _model_is_code(checkpoint, args):
-        from rlserve.models.export.cli_traced import export_traced_modelv2
-
         return _finish(args, export_traced_modelv2(args, checkpoint, formats, progress, InputError), progress)
     spec = _read_spec(args, checkpoint)
     filter_state = _choose_filter(args, checkpoint)
     progress("building the model")
     model = _build_model(spec, *_read_weights(args, checkpoint))
-    from rlserve.models.export.describe import describe_action_dist
     from rlserve.models.export.exporter import export_bundle
 
     try:
@@ -192,8 +198,6 @@ def _finish(args: argparse.Namespace, bundle: Any, progress: Progress) -> int:
     """Pack the archive when asked and say where the bundle is."""
     archive = None
     if args.archive:
-        from rlserve.models.export.bundle import pack_bundle
-
         progress("packing the archive")
         archive = pack_bundle(bundle.root, args.out.with_name(args.out.name + ".rlsb"))
     progress.done()
@@ -216,9 +220,6 @@ def _read_checkpoint(args: argparse.Namespace, progress: Progress) -> Any:
     With --weights naming a pre-2.0 checkpoint (weights only, no policy spec) and the
     spaces given by flags, only the weights are read (the old flag form).
     """
-    from rlserve.models.checkpoint import CheckpointError, read_checkpoint
-    from rlserve.models.checkpoint.policy import LegacyCheckpointError
-
     path, what = (args.checkpoint, "CHECKPOINT") if args.checkpoint is not None else (args.weights, "--weights")
     if path is None:
         raise InputError(
@@ -244,9 +245,6 @@ def _spaces_given(args: argparse.Namespace) -> bool:
 def _read_spec(args: argparse.Namespace, checkpoint: Any = None) -> ExportSpec:
     """Spaces, model config and action distribution: from --spec, else from the
     --obs-space/--action-space/--config flags over what the checkpoint says."""
-    from rlserve.models.config import merge_model_config
-    from rlserve.models.spaces import space_from_json
-
     separate = [args.obs_space, args.action_space, args.config]
     rllib_dist = None
     if args.spec is not None:
@@ -291,8 +289,6 @@ def _read_filter(path: Path) -> dict[str, Any] | None:
 
     A ``NoFilter`` state is stored as no filter at all.
     """
-    from rlserve.models.filters import filter_from_state
-
     data = _read_json(path, "--filter")
     if not isinstance(data, Mapping):
         raise InputError(f"--filter: expected a JSON object (a filter state_dict), got {type(data).__name__}")
@@ -402,9 +398,6 @@ def _inspect_parser() -> argparse.ArgumentParser:
 
 def inspect_main(argv: list[str]) -> int:
     args = _inspect_parser().parse_args(argv)
-    from rlserve.models.export.bundle import load_bundle
-    from rlserve.models.export.report import format_manifest
-    from rlserve.models.multiagent.policy_set import POLICY_SET_MANIFEST, is_policy_set
 
     if is_policy_set(args.bundle):
         try:

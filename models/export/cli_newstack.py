@@ -15,7 +15,12 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.export.errors import BundleError
+from rlserve.models.export.from_rlmodule import RLModuleExportError, export_rlmodule
+from rlserve.models.newstack import read_module_checkpoint
+from rlserve.models.newstack.modules import CUSTOM_KIND
+from rlserve.models.traced import TraceError
 
 __all__ = ["export_new_stack"]
 
@@ -25,12 +30,7 @@ _OLD_STACK_FLAGS = ("spec", "obs_space", "action_space", "config", "weights", "f
 def export_new_stack(args: argparse.Namespace, progress: Callable[[str], None],
                      input_error: type[ValueError]) -> Any:
     """Export the module ``args`` name; ``input_error`` is the CLI's bad-input exception (exit 2)."""
-    from rlserve.models.checkpoint import CheckpointError
-    from rlserve.models.export.from_rlmodule import RLModuleExportError, export_rlmodule
-    from rlserve.models.newstack import read_module_checkpoint
-    from rlserve.models.newstack.modules import CUSTOM_KIND
     from rlserve.models.rlmodules.catalog import RLModuleWeightError
-    from rlserve.models.traced import TraceError
 
     given = [f"--{name.replace('_', '-')}" for name in _OLD_STACK_FLAGS if getattr(args, name) is not None]
     if given:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlserve.models.export.errors import BundleError
+from rlserve.models.traced import TraceError
 
 __all__ = ["export_traced_modelv2"]
 
@@ -19,7 +20,6 @@ __all__ = ["export_traced_modelv2"]
 def export_traced_modelv2(args: argparse.Namespace, checkpoint: Any, formats: tuple[str, ...],
                           progress: Callable[[str], None], input_error: type[ValueError]) -> Any:
     """The traced bundle; ``input_error`` is the CLI's bad-input exception (exit 2)."""
-    from rlserve.models.traced import TraceError
     from rlserve.models.traced.modelv2 import export_traced_policy
 
     given = [f"--{name.replace('_', '-')}" for name in ("spec", "obs_space", "action_space", "config", "weights")

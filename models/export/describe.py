@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlserve.models.distributions import get_action_dist
+from rlserve.models.export.errors import BundleError
+from rlserve.models.preprocessors import get_preprocessor as build_preprocessor
+
 PREPROCESSOR_OPTIONS = ("dim", "grayscale", "zero_mean")
 # Constructor arguments an RLlib dist_type accepts beyond the catalog's own (SAC-style bounds).
 _EXPLICIT_KWARGS = ("low", "high")
@@ -24,8 +28,6 @@ def describe_action_dist(
     case.json records it), the named class is used, as RLlib's ``dist_type`` would: that is
     how SAC/DDPG policies get SquashedGaussian/Deterministic on a Box action space.
     """
-    from rlserve.models.distributions import get_action_dist
-
     config = dict(model_config)
     spec = get_action_dist(action_space, config)
     if rllib_dist is not None and "num_outputs" in rllib_dist:
@@ -56,16 +58,12 @@ def describe_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> di
 
 
 def get_preprocessor(obs_space: Any, model_config: Mapping[str, Any]) -> Any:
-    from rlserve.models.preprocessors import get_preprocessor as build
-
-    return build(obs_space, dict(model_config))
+    return build_preprocessor(obs_space, dict(model_config))
 
 
 def check_preprocessor(manifest_preprocessor: Mapping[str, Any], prep: Any) -> None:
     """Raise ``BundleError`` unless ``prep`` (rebuilt by the server from the manifest's
     observation space and model config) is the preprocessor the exporter recorded."""
-    from rlserve.models.export.errors import BundleError
-
     recorded = dict(manifest_preprocessor)
     rebuilt = {
         "class": prep.name,

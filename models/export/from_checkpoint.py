@@ -19,6 +19,8 @@ from pathlib import Path
 
 from rlserve.models.checkpoint import CheckpointError, PolicyCheckpoint, read_checkpoint
 from rlserve.models.export.bundle import Bundle
+from rlserve.models.export.describe import describe_action_dist
+from rlserve.models.export.from_rlmodule import export_rlmodule
 from rlserve.models.newstack import is_new_stack, read_module_checkpoint
 from rlserve.models.newstack.modules import CUSTOM_KIND
 
@@ -46,13 +48,10 @@ def export_checkpoint(
     ``BundleError`` when a runtime disagrees with eager torch.
     """
     from rlserve.models.catalog import build_model
-    from rlserve.models.export.describe import describe_action_dist
     from rlserve.models.export.exporter import export_bundle
     from rlserve.models.rllib_import import load_rllib_weights
 
     if not isinstance(checkpoint, PolicyCheckpoint) and is_new_stack(checkpoint):
-        from rlserve.models.export.from_rlmodule import export_rlmodule
-
         module = read_module_checkpoint(checkpoint, policy_id, trust_code=trust_code)
         if module.kind == CUSTOM_KIND:  # the user's module class: traced (needs ray)
             from rlserve.models.traced.export import export_traced_module

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlserve.models.interface import ModelSignature
+from rlserve.models.spaces import space_from_json
 
 __all__ = ["Manifest", "RuntimeInfo"]
 
@@ -52,13 +53,11 @@ class Manifest:
 
     @property
     def observation_space(self):  # -> gymnasium.Space
-        from rlserve.models.spaces import space_from_json
 
         return space_from_json(self.data["observation_space"])
 
     @property
     def action_space(self):  # -> gymnasium.Space
-        from rlserve.models.spaces import space_from_json
 
         return space_from_json(self.data["action_space"])
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.checkpoint.files import policy_ids
+from rlserve.models.export.from_checkpoint import export_checkpoint
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.models.multiagent.policy_set import (
     MEMBERS_DIR,
@@ -52,8 +53,6 @@ def export_policy_set(
     (``rlserve.models.traced``); then only the policies the mapping names are exported, so
     a MultiRLModule's shared encoder (a module no agent acts with) is reached through its
     members, not exported as a policy of its own."""
-    from rlserve.models.export.from_checkpoint import export_checkpoint
-
     checkpoint, out = Path(checkpoint), Path(out_dir)
     available = checkpoint_policy_ids(checkpoint)
     chosen = list(only) if only else available

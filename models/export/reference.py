@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from rlserve.models.export.describe import get_preprocessor
 from rlserve.models.interface import ModelSignature
 from rlserve.models.spaces import Simplex
 
@@ -72,8 +73,6 @@ def _preprocessed_samples(
     to N(0, 1) noise, which still checks the runtimes against eager torch.
     """
     try:
-        from rlserve.models.export.describe import get_preprocessor
-
         prep = get_preprocessor(obs_space, model_config)
     except (ImportError, ValueError, NotImplementedError):
         return None

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rlserve.models.config import MODEL_DEFAULTS
 from rlserve.models.export.bundle import Bundle
+from rlserve.models.newstack.config import DEFAULT_MODEL_CONFIG
+from rlserve.models.spaces import space_from_json
 
 _SEP = "-" * 72
 _IMAGE_PREPROCESSOR = "GenericPixelPreprocessor"
@@ -69,8 +72,6 @@ def _traced(source: dict[str, Any]) -> str:
 
 
 def _spaces(data: dict[str, Any]) -> str:
-    from rlserve.models.spaces import space_from_json
-
     lines = []
     for key, label in (("observation_space", "observation space"), ("action_space", "action space")):
         lines.append(f"{label}: {space_from_json(data[key])!r}")
@@ -130,13 +131,9 @@ def _dist(data: dict[str, Any]) -> str:
 
 def _config_diff(config: dict[str, Any], new_stack: bool = False) -> str:
     if new_stack:
-        from rlserve.models.newstack.config import DEFAULT_MODEL_CONFIG as defaults
-
-        label = "DefaultModelConfig"
+        defaults, label = DEFAULT_MODEL_CONFIG, "DefaultModelConfig"
     else:
-        from rlserve.models.config import MODEL_DEFAULTS as defaults
-
-        label = "MODEL_DEFAULTS"
+        defaults, label = MODEL_DEFAULTS, "MODEL_DEFAULTS"
     changed = {k: v for k, v in config.items() if defaults.get(k, object()) != v}
     if not changed:
         return f"model config: {label} (no changes)"

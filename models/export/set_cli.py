@@ -12,16 +12,18 @@ stack: every module of its MultiRLModule), or the bundles listed with ``--bundle
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.export.errors import BundleError
-from rlserve.models.multiagent.mapping import AgentMapping, MappingError
-
-
-class SetInputError(ValueError):
-    """The set's part of the command line is unusable (exit status 2)."""
+from rlserve.models.export.from_rlmodule import RLModuleExportError
+from rlserve.models.export.policy_set_export import export_policy_set, policy_set_from_bundles
+from rlserve.models.export.report import format_manifest
+from rlserve.models.multiagent.mapping import MappingError
+from rlserve.models.multiagent.mapping_flags import SetInputError, flag_pair, mapping_from_args
+from rlserve.models.multiagent.policy_set import load_policy_set, member_name
+from rlserve.models.traced import TraceError
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,46 +42,15 @@ def wants_set(args: argparse.Namespace) -> bool:
     return bool(args.mapping or args.map or args.default_policy or args.bundle)
 
 
-def mapping_from_args(args: argparse.Namespace) -> AgentMapping:
-    """The mapping the flags describe: the file's rules, then ``--map`` rules, then the default."""
-    data: dict[str, Any] = {}
-    if args.mapping is not None:
-        try:
-            data = json.loads(args.mapping.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise SetInputError(f"--mapping: file {str(args.mapping)!r} does not exist") from exc
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SetInputError(f"--mapping: {str(args.mapping)!r} is not valid JSON: {exc}") from exc
-    try:
-        base = AgentMapping.from_json(data) if data else None
-        rules = [_pair(rule, "--map", "AGENT=POLICY") for rule in args.map]
-        extra = AgentMapping.from_rules(rules, None) if rules else None
-        agents = {**(base.agents if base else {}), **(extra.agents if extra else {})}
-        patterns = [*(base.patterns if base else []), *(extra.patterns if extra else [])]
-        default = args.default_policy if args.default_policy is not None else (base.default if base else None)
-        return AgentMapping(agents, patterns, default)
-    except MappingError as exc:
-        raise SetInputError(f"mapping: {exc}") from exc
-
-
-def _pair(value: str, flag: str, form: str) -> tuple[str, str]:
-    key, sep, rest = value.rpartition("=")
-    if not sep or not key or not rest:
-        raise SetInputError(f"{flag}: expected {form}, got {value!r}")
-    return key, rest
-
-
 def export_set(args: argparse.Namespace, progress: Any) -> str:
     """Export the set the flags describe; returns what was written (for the last line)."""
-    from rlserve.models.export.policy_set_export import export_policy_set, policy_set_from_bundles
-
     mapping = mapping_from_args(args)
     if args.out.exists() and any(args.out.iterdir()):
         raise SetInputError(f"--out: {str(args.out)!r} exists and is not empty")
     if args.bundle:
         if args.checkpoint is not None:
             raise SetInputError("give either a CHECKPOINT or --bundle POLICY=PATH members, not both")
-        bundles = dict(_pair(b, "--bundle", "POLICY=PATH") for b in args.bundle)
+        bundles = dict(flag_pair(b, "--bundle", "POLICY=PATH") for b in args.bundle)
         missing = [path for path in bundles.values() if not Path(path).exists()]
         if missing:
             raise SetInputError(f"--bundle: {missing[0]!r} does not exist")
@@ -92,11 +63,8 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
     else:
         if args.checkpoint is None:
             raise SetInputError("a policy set needs a multi-policy CHECKPOINT or --bundle POLICY=PATH members")
-        from rlserve.models.checkpoint import CheckpointError
-        from rlserve.models.export.from_rlmodule import RLModuleExportError
         from rlserve.models.rllib_import import WeightImportError
         from rlserve.models.rlmodules.catalog import RLModuleWeightError
-        from rlserve.models.traced import TraceError
 
         formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
         try:
@@ -112,9 +80,6 @@ def export_set(args: argparse.Namespace, progress: Any) -> str:
 
 def format_policy_set(path: Path, verified: bool) -> str:
     """``rlserve inspect`` of a set: its header, the mapping's rules, then each member."""
-    from rlserve.models.export.report import format_manifest
-    from rlserve.models.multiagent.policy_set import load_policy_set, member_name
-
     with load_policy_set(path, verify_checksums=verified) as policy_set:
         check = "all members' sha256 checksums verified" if verified else "checksums NOT verified (--no-verify)"
         lines = [

@@ -25,6 +25,7 @@ from torch import nn
 from rlserve.models.networks.common import SlimFC, flat_size, normc_initializer
 from rlserve.models.networks.fcnet import FullyConnectedNetwork, obs_shape_of
 from rlserve.models.networks.visionnet import VisionNetwork
+from rlserve.models.preprocessors import get_preprocessor
 
 IMAGE, ONE_HOT, FLATTEN = "image", "one_hot", "flatten"
 # ModuleDict attribute and RLlib's alias stem per component kind.
@@ -107,8 +108,6 @@ def preprocessor_leaf_shape(model_config: Mapping[str, Any]) -> LeafShape:
     """Leaf shape as the catalog's preprocessor emits it (one-hot, Atari pixels, Repeated...)."""
 
     def shape(space: gs.Space) -> tuple[int, ...]:
-        from rlserve.models.preprocessors import get_preprocessor
-
         return tuple(int(d) for d in get_preprocessor(space, model_config).output_shape)
 
     return shape

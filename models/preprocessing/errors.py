@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
+from rlserve.models.spaces import Repeated, Simplex
+
 __all__ = ["ObservationError", "describe_space", "describe_value"]
 
 
@@ -26,9 +28,6 @@ class ObservationError(ValueError):
 
 def describe_space(space: gs.Space) -> str:
     """A short, human description of a space (not its full repr: bounds can be huge)."""
-    # Imported here: spaces.py is a sibling module that does not need this one.
-    from rlserve.models.spaces import Repeated, Simplex
-
     if isinstance(space, gs.Discrete):
         start = int(space.start)
         return f"Discrete(n={int(space.n)}): an integer in [{start}, {start + int(space.n) - 1}]"

@@ -37,9 +37,9 @@ from gymnasium import spaces as gs
 from rlserve.service.access_log import note_rows
 from rlserve.service.act import replay
 from rlserve.service.act.wire import ActRequest, ActResponse, BatchDebug, decode_request, to_rows
+from rlserve.service.engine.batcher import BatchInfo, Job
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import NotReady, ServiceError, as_service_error
-from rlserve.service.serving.batcher import BatchInfo, Job
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.base import SessionMiss, after_loading
@@ -47,8 +47,8 @@ from rlserve.service.sessions.lifecycle import Bound, SessionLifecycle
 from rlserve.service.sessions.resolver import Binding
 from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 from rlserve.service.step.prepare import Step
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import Expect

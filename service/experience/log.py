@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlserve.service.experience import files
 from rlserve.service.experience.event_ids import never_given
-from rlserve.service.experience.recorder import Recorder, env_actions_of
+from rlserve.service.experience.recorder import Recorder
 from rlserve.service.experience.records import ModelLog, RewardEvent
 from rlserve.service.experience.writer import ExperienceWriter
 
@@ -36,7 +37,7 @@ class ExperienceLog:
         # thousands of objects are then in place when `rlserve serve` moves everything loaded
         # at start out of the garbage collector's view (gc.freeze), instead of being scanned
         # by every full collection while the server runs.
-        from rlserve.service.experience import files, tables  # noqa: F401
+        from rlserve.service.experience import tables  # noqa: F401
 
         files.load_parquet()
         self.root = root
@@ -76,7 +77,7 @@ class ExperienceLog:
         assert model is not None
         policy.preparer.keep_raw = True
         policy.step.recorder = Recorder(model, self.writer, version=policy.version, rate=rate,
-                                        env_actions=env_actions_of(pipeline))
+                                        env_actions=policy.step.env_actions)
         log.info("experience log: recording %s (%.0f%% of episodes) under %s", policy.key, 100 * rate,
                  model.directory)
 

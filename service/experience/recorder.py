@@ -25,7 +25,6 @@ from rlserve.service.experience.event_ids import new_event_id
 from rlserve.service.experience.records import ModelLog, Transition, packer
 from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.writer import ExperienceWriter
-from rlserve.service.step import codec
 
 NAN = float("nan")
 
@@ -42,7 +41,7 @@ class Recorder:
         self._pack_action = packer(log.action_space)
         self.version = version
         self.rate = rate
-        self._env_actions = env_actions  # (model-space actions, unsquash, clip) -> JSON values
+        self._env_actions = env_actions  # (model-space actions, unsquash, clip) -> JSON values (BatchStep.env_actions)
         self._clock = clock
         self._sample = sample
 
@@ -133,16 +132,3 @@ def _observation(step: Any, offset: int) -> Any:
     if step.raw_obs is not None:
         return step.raw_obs[offset]
     return step.obs[offset]
-
-
-def env_actions_of(pipeline: Any) -> Callable[[Any, bool, bool], list[Any]]:
-    """How ``pipeline`` makes the answered actions from model-space samples."""
-
-    def convert(actions: Any, unsquash: bool, clip: bool) -> list[Any]:
-        if unsquash:
-            actions = pipeline.unsquash(actions)
-        if clip:
-            actions = pipeline.clip(actions)
-        return codec.encode_batch(pipeline.action_space, actions)
-
-    return convert

@@ -27,7 +27,9 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+import rlserve.models
 from rlserve.models.export.bundle import MANIFEST_NAME
+from rlserve.models.newstack.layout import algorithm_root, is_new_stack
 
 log = logging.getLogger("rlserve.export_cache")
 
@@ -57,8 +59,6 @@ def _content_root(checkpoint: Path) -> Path:
     """What the export reads: the checkpoint folder, or for one module (or the ``rl_module``
     folder) of a new-stack checkpoint the whole algorithm around it, whose connectors the
     export reads too (the folder's own path inside it is hashed with the options)."""
-    from rlserve.models.newstack.layout import algorithm_root, is_new_stack
-
     root = algorithm_root(checkpoint) if is_new_stack(checkpoint) else None
     return checkpoint if root is None else root
 
@@ -125,8 +125,6 @@ def _files_digest(folder: Path) -> str:
 def _exporter_digest() -> str:
     """The exporter's identity: the source of ``rlserve.models`` (a change in development
     counts, not only a release) and the versions of the libraries it runs on."""
-    import rlserve.models
-
     digest = hashlib.sha256()
     package = Path(rlserve.models.__file__).parent
     for path in sorted(package.rglob("*.py")):

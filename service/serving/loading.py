@@ -19,16 +19,16 @@ from rlserve.models.export.bundle import (
 )
 from rlserve.models.export.errors import ArchiveLimitError
 from rlserve.models.interface import ModelSignature
+from rlserve.service.engine.batch_limits import batch_limits
+from rlserve.service.engine.batcher import Batcher
+from rlserve.service.engine.metrics import Metrics
+from rlserve.service.engine.pipeline import Pipeline
+from rlserve.service.engine.runtime import DeviceUnavailable, choose_kind, open_runtime
+from rlserve.service.engine.runtime.errors import runtime_errors
 from rlserve.service.errors import BundleInvalid, quoted
-from rlserve.service.serving.batch_limits import batch_limits
-from rlserve.service.serving.batcher import Batcher
 from rlserve.service.serving.checkpoints import bundle_from_checkpoint, cache_root, is_checkpoint
 from rlserve.service.serving.consistency import check_consistency
-from rlserve.service.serving.metrics import Metrics
-from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.serving.policy import Policy
-from rlserve.service.serving.runtime import DeviceUnavailable, choose_kind, open_runtime
-from rlserve.service.serving.runtime.errors import runtime_errors
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.sessions.redis_store import CachedSessionStore

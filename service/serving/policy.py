@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlserve.models.export.bundle import Bundle
-from rlserve.service.serving.batcher import Batcher
-from rlserve.service.serving.pipeline import Pipeline
-from rlserve.service.serving.runtime import Runtime
+from rlserve.service.engine.batcher import Batcher
+from rlserve.service.engine.pipeline import Pipeline
+from rlserve.service.engine.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.step.batch import BatchStep
 from rlserve.service.step.prepare import Preparer

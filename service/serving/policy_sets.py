@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlserve.models.checkpoint import CheckpointError
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.names import NAME_RULE, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping, MappingError
 from rlserve.models.multiagent.policy_set import PolicySet, is_policy_set, load_policy_set, member_name
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.checkpoints import is_checkpoint
 from rlserve.service.serving.loading import build_policy
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.sessions.episode_store import EpisodeStore
 from rlserve.service.sessions.redis_client import RedisSessions
@@ -133,7 +134,6 @@ def _export_checkpoint_set(path: Path, name: str | None, mapping: AgentMapping |
     except ImportError as exc:  # torch missing
         raise BundleInvalid(f"serving an RLlib checkpoint needs torch to export it ({exc.name} is not installed)",
                             field="checkpoint", received=path.name) from None
-    from rlserve.models.checkpoint import CheckpointError
     from rlserve.models.export.from_rlmodule import RLModuleExportError
     from rlserve.models.rllib_import import WeightImportError
     from rlserve.models.rlmodules.catalog import RLModuleWeightError

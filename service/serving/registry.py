@@ -16,11 +16,11 @@ from pathlib import Path
 
 from rlserve.models.export.names import NAME_RULE, SERVED_NAME, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping
+from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
 from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
-from rlserve.service.serving.metrics import Metrics
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
 from rlserve.service.sessions.lifecycle import SessionLifecycle

@@ -81,7 +81,7 @@ async def _send_and_read(conn: Any, packed: bytes, replies: int) -> Any:
 
 
 class StoreObserver(Protocol):
-    """What the store reports (``rlserve.service.serving.metrics.Metrics`` implements it)."""
+    """What the store reports (``rlserve.service.engine.metrics.Metrics`` implements it)."""
 
     def store_call(self, op: str, seconds: float) -> None: ...
     def session_cache(self, hits: int, misses: int) -> None: ...

@@ -13,24 +13,23 @@ any answer goes out).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.models.interface import ModelSignature
+from rlserve.service.engine.batcher import RunFn
+from rlserve.service.engine.pipeline import Pipeline
+from rlserve.service.engine.runtime import Runtime
 from rlserve.service.errors import BatchFailed, ServiceError, StoreUnavailable
-from rlserve.service.serving.batcher import RunFn
-from rlserve.service.serving.pipeline import Pipeline
-from rlserve.service.serving.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
 from rlserve.service.sessions.slabs import STATELESS_SLOT
 from rlserve.service.step import codec, masks, windows
-from rlserve.service.step.codec import floats_json
-from rlserve.service.step.kept import DIST_INPUT_NAMES, KeptAnswer, check_index, pack_answer
+from rlserve.service.step.kept import KeptAnswer, check_index, pack_answer
+from rlserve.service.step.output import DIST_INPUT_NAMES, BatchOutput, StepOutput
 from rlserve.service.step.prepare import Step
-from rlserve.service.step.trees import tree_set_row, tree_slice, tree_where
+from rlserve.service.step.trees import tree_set_row, tree_where
 
 
 class Recorder(Protocol):
@@ -38,76 +37,6 @@ class Recorder(Protocol):
 
     def record(self, steps: list[Step], results: list[StepOutput], *, emit: bool) -> None: ...
     def emit(self, steps: list[Step], stands: list[bool]) -> None: ...
-
-
-class BatchOutput:
-    """A batch's results: arrays (B, ...) for the tensor wire formats, and the JSON lists
-    the JSON answers slice, each made once for the whole batch (one ``tolist`` per array)
-    and only when an answer first needs it: a batch of binary requests never builds them.
-    """
-
-    __slots__ = ("actions", "arrays", "_action_space", "_want_dist_inputs", "_json")
-
-    def __init__(self, actions: Any, arrays: dict[str, np.ndarray | None], action_space: Any,
-                 want_dist_inputs: bool):
-        self.actions = actions  # model-space action structure, leading axis = batch rows
-        # None where undefined (Deterministic logp), or not asked for by any request (value,
-        # entropy, dist_inputs: see BatchStep._run).
-        self.arrays = arrays
-        self._action_space = action_space
-        self._want_dist_inputs = want_dist_inputs
-        self._json: dict[str, Any] = {}  # name -> its JSON list (None where the array is)
-
-    @property
-    def actions_json(self) -> list[Any]:
-        """Env-space JSON values, one per row."""
-        if "actions" not in self._json:
-            self._json["actions"] = codec.encode_batch(self._action_space, self.actions)
-        return self._json["actions"]
-
-    @property
-    def logp(self) -> list[Any] | None:
-        return self._floats("logp")
-
-    @property
-    def value(self) -> list[Any] | None:
-        return self._floats("value")
-
-    @property
-    def entropy(self) -> list[Any] | None:
-        return self._floats("entropy")
-
-    @property
-    def dist_inputs(self) -> list[Any] | None:
-        """Only when some request of the batch asked for them (or for q_values)."""
-        if not self._want_dist_inputs:
-            return None
-        if "dist_inputs" not in self._json:
-            values = self.arrays["dist_inputs"]
-            self._json["dist_inputs"] = None if values is None else values.tolist()
-        return self._json["dist_inputs"]
-
-    def _floats(self, name: str) -> list[Any] | None:
-        if name not in self._json:
-            self._json[name] = floats_json(self.arrays[name])
-        return self._json[name]
-
-
-@dataclass(slots=True)
-class StepOutput:
-    """One request's rows ``start:stop`` of its batch's output; the response slices what
-    it uses (a single-row request takes items, not slices)."""
-
-    batch: BatchOutput
-    start: int
-    stop: int
-
-    def actions(self) -> Any:
-        """The request's raw model-space actions (leading axis n)."""
-        actions = self.batch.actions
-        if isinstance(actions, np.ndarray):
-            return actions[self.start:self.stop]
-        return tree_slice(actions, self.start, self.stop)
 
 
 class BatchStep:
@@ -141,6 +70,15 @@ class BatchStep:
             if step.expect_steps is not None:
                 return self._run_indexed(steps)
         return self._run(steps)
+
+    def env_actions(self, actions: Any, unsquash: bool, clip: bool) -> list[Any]:
+        """The answered actions of model-space samples ``actions``, unsquashed and clipped
+        as a request asked, as JSON values (what the experience log records beside them)."""
+        if unsquash:
+            actions = self.pipeline.unsquash(actions)
+        if clip:
+            actions = self.pipeline.clip(actions)
+        return codec.encode_batch(self.pipeline.action_space, actions)
 
     def _run_indexed(self, steps: list[Step]) -> list[Any]:
         results: list[Any] = [None] * len(steps)

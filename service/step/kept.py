@@ -13,19 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from rlserve.service.errors import ServiceError, SessionConflict
 from rlserve.service.sessions.record import MAX_STEPS
 from rlserve.service.sessions.store import Session
+from rlserve.service.step.output import DIST_INPUT_NAMES, StepOutput
 from rlserve.service.step.prepare import Step
-
-if TYPE_CHECKING:
-    from rlserve.service.step.batch import StepOutput
-
-DIST_INPUT_NAMES = frozenset(("dist_inputs", "q_values"))
 
 
 @dataclass(slots=True)

@@ -15,8 +15,8 @@ import msgspec
 import numpy as np
 from gymnasium import spaces as gs
 
+from rlserve.service.engine.pipeline import Pipeline
 from rlserve.service.errors import InvalidInput
-from rlserve.service.serving.pipeline import Pipeline
 from rlserve.service.sessions.lifecycle import Bound
 from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec, columns, masks, windows

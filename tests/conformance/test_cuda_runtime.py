@@ -25,7 +25,7 @@ from oracle import OracleCase, load_case
 
 from conformance.test_export import _cases_with_weights, _check_feedforward, _check_recurrent, _export_case
 from rlserve.models.export.bundle import Bundle, verify_reference
-from rlserve.service.serving.runtime import Runtime, open_runtime
+from rlserve.service.engine.runtime import Runtime, open_runtime
 
 pytestmark = pytest.mark.gpu
 

@@ -25,8 +25,7 @@ import httpx
 import pytest
 from server_process import REPO, rlserve_command, running_server
 
-from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import MANIFEST_NAME, manifest_digest, write_manifest
+from rlserve.models.export.bundle import MANIFEST_NAME, manifest_digest, pack_bundle, write_manifest
 
 pytestmark = pytest.mark.e2e
 CARTPOLE = REPO / "service" / "default_models" / "cartpole"

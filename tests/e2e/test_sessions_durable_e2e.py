@@ -231,7 +231,7 @@ async def test_sigterm_drains_reporting_not_ready(replicas):
 
 
 async def test_models_loaded_on_one_replica_reach_the_other(replicas, tmp_path):
-    from rlserve.models.export.archive import pack_bundle
+    from rlserve.models.export.bundle import pack_bundle
 
     token = "t0k3n"
     a, b = replicas(2, RLSERVE_ADMIN_TOKEN=token, RLSERVE_REPOSITORY_POLL_S="0.2")

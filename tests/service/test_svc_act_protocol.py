@@ -13,7 +13,7 @@ from rlserve.service import server
 from rlserve.service.act import protocol as act_protocol
 from rlserve.service.act.asgi import RawActHandler
 from rlserve.service.act.use_case import ActService
-from rlserve.service.server import serve_main
+from rlserve.service.serve_command import serve_main
 
 
 def _handler() -> RawActHandler:

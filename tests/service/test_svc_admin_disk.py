@@ -19,8 +19,7 @@ import pytest
 import svc_bundles
 from conftest import error_of
 
-from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import write_manifest
+from rlserve.models.export.bundle import pack_bundle, write_manifest
 
 pytestmark = pytest.mark.asyncio
 

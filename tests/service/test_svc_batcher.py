@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from rlserve.service.engine.batcher import Batcher, Job
 from rlserve.service.errors import BatchFailed, InvalidInput, QueueFull
-from rlserve.service.serving.batcher import Batcher, Job
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,21 +10,21 @@ import onnxruntime
 import pytest
 from pydantic import ValidationError
 
-from rlserve.service.errors import BundleInvalid
-from rlserve.service.serving.batch_limits import GPU_DEFAULTS, batch_limits
-from rlserve.service.serving.loading import load_policy
-from rlserve.service.serving.runtime.device import (
+from rlserve.service.device_request import DeviceRequest
+from rlserve.service.engine.batch_limits import GPU_DEFAULTS, batch_limits
+from rlserve.service.engine.runtime.device import (
     CPU_EP,
     CUDA_EP,
     TENSORRT_EP,
-    DeviceRequest,
     DeviceUnavailable,
     Placement,
     onnx_placement,
     settle,
     torch_placement,
 )
-from rlserve.service.serving.runtime.onnx import OnnxRuntime
+from rlserve.service.engine.runtime.onnx import OnnxRuntime
+from rlserve.service.errors import BundleInvalid
+from rlserve.service.serving.loading import load_policy
 from rlserve.service.settings import Settings
 
 GPU_BUILD = [TENSORRT_EP, CUDA_EP, CPU_EP]
@@ -145,8 +145,8 @@ class _ProvidersThatFail:
 def cuda_that_fails(monkeypatch):
     """A build and machine that look CUDA-capable, with a provider that does not start."""
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [CUDA_EP, CPU_EP])
-    monkeypatch.setattr("rlserve.service.serving.runtime.onnx.cuda_device_count", lambda: (1, ""))
-    monkeypatch.setattr("rlserve.service.serving.runtime.onnx.preload_cuda_libraries", lambda ort: None)
+    monkeypatch.setattr("rlserve.service.engine.runtime.onnx.cuda_device_count", lambda: (1, ""))
+    monkeypatch.setattr("rlserve.service.engine.runtime.onnx.preload_cuda_libraries", lambda ort: None)
     monkeypatch.setattr(onnxruntime, "InferenceSession", _ProvidersThatFail(onnxruntime.InferenceSession))
 
 
@@ -170,9 +170,9 @@ def test_a_cpu_build_serves_auto_on_the_cpu_and_says_how_to_use_a_gpu_once(bundl
     """Every start of every model logged the 300-character advice at INFO: now once, at DEBUG,
     unless this machine has a GPU the install cannot use (INFO then)."""
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [CPU_EP])
-    monkeypatch.setattr("rlserve.service.serving.runtime.onnx.cuda_device_count",
+    monkeypatch.setattr("rlserve.service.engine.runtime.onnx.cuda_device_count",
                         lambda: (1, "") if gpu_here else (0, "no NVIDIA driver"))
-    monkeypatch.setattr("rlserve.service.serving.runtime.onnx._ADVISED", set())
+    monkeypatch.setattr("rlserve.service.engine.runtime.onnx._ADVISED", set())
     caplog.set_level(logging.DEBUG, "rlserve.runtime")
     for _ in range(3):  # three models
         runtime = OnnxRuntime(bundle_store / "mlp" / "model.onnx", device="auto")

@@ -15,9 +15,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from rlserve.service.serving.runtime.device_cast import DeviceCast, cast_model, casts_on_device
-from rlserve.service.serving.runtime.onnx_binding import BoundRunner, plain_runner
-from rlserve.service.serving.runtime.staging import HostStaging
+from rlserve.service.engine.runtime.device_cast import DeviceCast, cast_model, casts_on_device
+from rlserve.service.engine.runtime.onnx_binding import BoundRunner, plain_runner
+from rlserve.service.engine.runtime.staging import HostStaging
 
 CPU = ["CPUExecutionProvider"]
 SOURCES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.bool_]

@@ -20,8 +20,7 @@ import svc_bundles
 from bundle_edits import archive, edited_copy
 from conftest import error_of
 
-from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import BundleError
+from rlserve.models.export.bundle import BundleError, pack_bundle
 from rlserve.models.export.names import NAME_RULE
 from rlserve.service.errors import BundleInvalid
 from rlserve.service.serving.policy_sets import load_served_set

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 
-from rlserve.service.server import serve_main
-from rlserve.service.serving.metrics import LATENCY_BUCKETS, FastHistogram
+from rlserve.service.engine.metrics import LATENCY_BUCKETS, FastHistogram
+from rlserve.service.serve_command import serve_main
 
 
 def _samples(registry_or_collector) -> dict[tuple, float]:

@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from rlserve.service.serving.runtime.staging import HostStaging
+from rlserve.service.engine.runtime.staging import HostStaging
 from rlserve.service.step.batch import BatchStep
 
 pytestmark = pytest.mark.asyncio

@@ -8,8 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rlserve.models.export.archive import pack_bundle
-from rlserve.models.export.bundle import write_manifest
+from rlserve.models.export.bundle import pack_bundle, write_manifest
 from rlserve.service.app import create_app
 from rlserve.service.settings import Settings
 

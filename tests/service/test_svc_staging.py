@@ -13,8 +13,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from rlserve.service.serving.runtime.onnx_binding import BoundRunner, plain_runner
-from rlserve.service.serving.runtime.staging import MIN_BLOCK, HostStaging, cuda_host_allocator, pinned_staging
+from rlserve.service.engine.runtime.onnx_binding import BoundRunner, plain_runner
+from rlserve.service.engine.runtime.staging import MIN_BLOCK, HostStaging, cuda_host_allocator, pinned_staging
 
 
 class CountingAllocator:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlserve.service import server, startup
+from rlserve.service import serve_command, startup
 from rlserve.service.startup import StartRefused, check_start, load_settings
 
 
@@ -39,16 +39,16 @@ def test_a_failed_start_is_one_line_unless_the_traceback_is_asked_for(monkeypatc
     def broken(settings, sockets, announce):
         raise RuntimeError("the disk is full\nand more detail")
 
-    monkeypatch.setattr(server, "serve", broken)
+    monkeypatch.setattr(serve_command, "serve", broken)
     monkeypatch.delenv("RLSERVE_LOG_LEVEL", raising=False)
-    assert server.serve_main(["--port", "0"]) == 1
+    assert serve_command.serve_main(["--port", "0"]) == 1
     err = capsys.readouterr().err
     assert err == ("rlserve serve: the start failed: RuntimeError: the disk is full and more detail "
                    "(--traceback shows the details)\n")
     with pytest.raises(RuntimeError, match="the disk is full"):
-        server.serve_main(["--port", "0", "--traceback"])
+        serve_command.serve_main(["--port", "0", "--traceback"])
     with pytest.raises(RuntimeError, match="the disk is full"):
-        server.serve_main(["--port", "0", "--log-level", "debug"])
+        serve_command.serve_main(["--port", "0", "--log-level", "debug"])
 
 
 def test_an_experience_log_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch) -> None:

@@ -18,7 +18,7 @@ import pytest
 import svc_bundles
 
 from rlserve.models.export.bundle import load_bundle
-from rlserve.service.serving.runtime.traced_graph import exact_convolutions, retarget_devices
+from rlserve.service.engine.runtime.traced_graph import exact_convolutions, retarget_devices
 
 torch = pytest.importorskip("torch")
 

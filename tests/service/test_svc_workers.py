@@ -10,7 +10,7 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from rlserve.service import server, workers
+from rlserve.service import serve_command, server, workers
 from rlserve.service.settings import Settings
 
 
@@ -36,9 +36,9 @@ def test_each_worker_serves_its_socket_with_the_act_protocol(monkeypatch):
 
 def test_the_cli_starts_the_supervisor_for_more_than_one_worker(monkeypatch):
     started = []
-    monkeypatch.setattr(workers, "run_workers", lambda settings, sock: started.append(settings.workers) or 0)
-    monkeypatch.setattr(server, "serve", lambda settings, sockets, announce: started.append("single") or 0)
+    monkeypatch.setattr(serve_command, "run_workers", lambda settings, sock: started.append(settings.workers) or 0)
+    monkeypatch.setattr(serve_command, "serve", lambda settings, sockets, announce: started.append("single") or 0)
     monkeypatch.delenv("RLSERVE_WORKERS", raising=False)
-    assert server.serve_main(["--workers", "3", "--log-level", "warning", "--port", "0"]) == 0
-    assert server.serve_main(["--log-level", "warning", "--port", "0"]) == 0
+    assert serve_command.serve_main(["--workers", "3", "--log-level", "warning", "--port", "0"]) == 0
+    assert serve_command.serve_main(["--log-level", "warning", "--port", "0"]) == 0
     assert started == [3, "single"]

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.use_case import Accepted, ActService, Encode
+from rlserve.service.engine.batcher import BatchInfo
 from rlserve.service.errors import BadRequest, ServiceError, quoted
 from rlserve.service.protocols.kserve_v2.layout import (
     EXTRAS,
@@ -43,13 +44,12 @@ from rlserve.service.protocols.kserve_v2.request import (
 from rlserve.service.protocols.kserve_v2.response import Answer, Answerer, plan_outputs
 from rlserve.service.protocols.kserve_v2.tensors import read_input
 from rlserve.service.protocols.kserve_v2.wire import InferRequest, InferRequestInput
-from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.registry import ModelEntry
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import Expect
 

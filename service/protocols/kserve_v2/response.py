@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.use_case import Accepted, ActService
+from rlserve.service.engine.batcher import BatchInfo
 from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.layout import Layout
 from rlserve.service.protocols.kserve_v2.tensors import write_output
@@ -24,10 +25,9 @@ from rlserve.service.protocols.kserve_v2.wire import (
     InferRequest,
     InferResponse,
 )
-from rlserve.service.serving.batcher import BatchInfo
 from rlserve.service.step import columns
-from rlserve.service.step.batch import StepOutput
 from rlserve.service.step.kept import KeptAnswer
+from rlserve.service.step.output import StepOutput
 
 _JSON = [(b"content-type", b"application/json")]
 

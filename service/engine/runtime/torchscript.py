@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.service.serving.runtime.device import DeviceRequest, Placement, torch_placement
-from rlserve.service.serving.runtime.staging import HostStaging
-from rlserve.service.serving.runtime.traced_graph import exact_convolutions, retarget_devices
+from rlserve.service.device_request import DeviceRequest
+from rlserve.service.engine.runtime.device import Placement, torch_placement
+from rlserve.service.engine.runtime.staging import HostStaging
+from rlserve.service.engine.runtime.traced_graph import exact_convolutions, retarget_devices
 
 log = logging.getLogger("rlserve.runtime")
 # Inputs may be read-only views of a request body (binary tensor data); the module only

@@ -9,18 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.service.serving.runtime.device import (
-    CPU_EP,
-    CUDA_EP,
-    DeviceRequest,
-    Placement,
-    cuda_device_count,
-    onnx_placement,
-    settle,
-)
-from rlserve.service.serving.runtime.device_cast import DeviceCast
-from rlserve.service.serving.runtime.onnx_binding import BoundRunner, Runner, plain_runner, preload_cuda_libraries
-from rlserve.service.serving.runtime.staging import HostStaging, pinned_staging
+from rlserve.service.device_request import DeviceRequest
+from rlserve.service.engine.runtime.device import CPU_EP, CUDA_EP, Placement, cuda_device_count, onnx_placement, settle
+from rlserve.service.engine.runtime.device_cast import DeviceCast
+from rlserve.service.engine.runtime.onnx_binding import BoundRunner, Runner, plain_runner, preload_cuda_libraries
+from rlserve.service.engine.runtime.staging import HostStaging, pinned_staging
 
 log = logging.getLogger("rlserve.runtime")
 

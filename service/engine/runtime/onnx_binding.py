@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.service.serving.runtime.device_cast import DeviceCast
-from rlserve.service.serving.runtime.staging import HostStaging
+from rlserve.service.engine.runtime.device_cast import DeviceCast
+from rlserve.service.engine.runtime.staging import HostStaging
 
 log = logging.getLogger("rlserve.runtime")
 

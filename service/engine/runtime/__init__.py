@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlserve.service.serving.runtime.base import Runtime
-from rlserve.service.serving.runtime.device import DeviceRequest, DeviceUnavailable
+from rlserve.service.device_request import DeviceRequest
+from rlserve.service.engine.runtime.base import Runtime
+from rlserve.service.engine.runtime.device import DeviceUnavailable
+from rlserve.service.engine.runtime.onnx import OnnxRuntime
+from rlserve.service.engine.runtime.torchscript import TorchScriptRuntime
 
 __all__ = ["DeviceRequest", "DeviceUnavailable", "Runtime", "open_runtime", "choose_kind"]
 
@@ -32,14 +35,10 @@ def open_runtime(kind: str, path: Path, *, input_names: list[str], output_names:
     Runtime on CUDA casts integer inputs on the device (``device_cast.py``). Raises ``DeviceUnavailable``
     when CUDA was required and cannot be used."""
     if kind == "onnx":
-        from rlserve.service.serving.runtime.onnx import OnnxRuntime
-
         return OnnxRuntime(path, intra_op_threads=intra_op_threads, device=device, tensorrt=tensorrt,
                            policy_path=policy_path, intra_op_spinning=intra_op_spinning,
                            device_cast=device_cast)
     if kind == "torchscript":
-        from rlserve.service.serving.runtime.torchscript import TorchScriptRuntime
-
         return TorchScriptRuntime(path, input_names=input_names, output_names=output_names,
                                   intra_op_threads=intra_op_threads, device=device)
     raise ValueError(f"unknown runtime {kind!r}; expected 'onnx' or 'torchscript'")

@@ -1,5 +1,6 @@
-"""Where a runtime runs: the ``RLSERVE_DEVICE`` setting, whether this machine has a CUDA
-device, and the ONNX Runtime execution providers that follow from both.
+"""Where a runtime runs: the ``RLSERVE_DEVICE`` setting (``rlserve.service.device_request``),
+whether this machine has a CUDA device, and the ONNX Runtime execution providers that
+follow from both.
 
 ``auto`` takes CUDA when the runtime can use it and says in the log why it did not
 otherwise; ``cpu`` never touches CUDA; ``cuda`` / ``cuda:N`` is a requirement: a bundle
@@ -13,12 +14,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import re
 from dataclasses import dataclass, field
-from typing import Literal
 
-DEVICE_CHOICES = "auto, cpu, cuda or cuda:N (N the CUDA device index)"
-_DEVICE = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+from rlserve.service.device_request import DeviceRequest
 
 CUDA_EP = "CUDAExecutionProvider"
 TENSORRT_EP = "TensorrtExecutionProvider"
@@ -37,30 +35,6 @@ ProviderSpec = str | tuple[str, dict[str, str]]
 
 class DeviceUnavailable(RuntimeError):
     """``RLSERVE_DEVICE`` names CUDA explicitly and the runtime cannot run there."""
-
-
-@dataclass(frozen=True)
-class DeviceRequest:
-    """The parsed setting: ``kind`` and, for CUDA, the device index (0 unless ``cuda:N``)."""
-
-    kind: Literal["auto", "cpu", "cuda"]
-    index: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> DeviceRequest:
-        match = _DEVICE.match(text.strip().lower())
-        if match is None or (match.group(2) is not None and match.group(1) != "cuda"):
-            raise ValueError(f"device {text!r}: expected {DEVICE_CHOICES}")
-        kind: Literal["auto", "cpu", "cuda"] = match.group(1)  # type: ignore[assignment]  # the pattern's three
-        return cls(kind, int(match.group(2) or 0))
-
-    @property
-    def required(self) -> bool:
-        """CUDA was named explicitly: not having it is an error, not a fallback."""
-        return self.kind == "cuda"
-
-    def __str__(self) -> str:
-        return f"cuda:{self.index}" if self.kind == "cuda" else self.kind
 
 
 @dataclass(frozen=True)
