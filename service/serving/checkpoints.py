@@ -157,17 +157,17 @@ def _from_cache(path: Path, model_name: str, policy_id: str | None, cache: Path)
 
 def _export(path: Path, out: Path, model_name: str, policy_id: str | None) -> None:
     """Export the checkpoint at ``path`` to a verified bundle at ``out``; ``BundleInvalid`` if it cannot be."""
-    try:
+    try:  # every module that needs torch (or onnx): serving exported bundles does not
         from rlserve.models.export.from_checkpoint import export_checkpoint
-    except ImportError as exc:  # torch (or onnx) missing: serving exported bundles does not need them
+        from rlserve.models.export.from_rlmodule import RLModuleExportError
+        from rlserve.models.rllib_import import WeightImportError
+        from rlserve.models.rlmodules.catalog import RLModuleWeightError
+    except ImportError as exc:
         raise BundleInvalid(
             f"serving an RLlib checkpoint needs torch to export it ({exc.name} is not installed): "
             "install rlserve[torch], or export it elsewhere with `rlserve export CHECKPOINT --out BUNDLE` "
             "and serve the bundle", field="path", expected="an installed torch", received=path.name,
         ) from None
-    from rlserve.models.export.from_rlmodule import RLModuleExportError
-    from rlserve.models.rllib_import import WeightImportError
-    from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
     several = several_policies(path, path.name) if policy_id is None else None
     if several is not None:

@@ -129,14 +129,14 @@ def _export_checkpoint_set(path: Path, name: str | None, mapping: AgentMapping |
         raise BundleInvalid(f"the multi-policy checkpoint {path.name!r} needs an agent mapping to be served as a "
                             "policy set: --mapping FILE, --map AGENT=POLICY or --default-policy ID",
                             field="mapping", received=None)
-    try:
+    try:  # every module that needs torch
+        from rlserve.models.export.from_rlmodule import RLModuleExportError
         from rlserve.models.export.policy_set_export import export_policy_set
-    except ImportError as exc:  # torch missing
+        from rlserve.models.rllib_import import WeightImportError
+        from rlserve.models.rlmodules.catalog import RLModuleWeightError
+    except ImportError as exc:
         raise BundleInvalid(f"serving an RLlib checkpoint needs torch to export it ({exc.name} is not installed)",
                             field="checkpoint", received=path.name) from None
-    from rlserve.models.export.from_rlmodule import RLModuleExportError
-    from rlserve.models.rllib_import import WeightImportError
-    from rlserve.models.rlmodules.catalog import RLModuleWeightError
 
     tmp = tempfile.TemporaryDirectory(prefix="rlserve-policy-set-")
     try:

@@ -47,3 +47,33 @@ def test_the_check_can_fail_torchscript_imports_torch(make_repo):
     repo = make_repo("mlp")
     result = _serve(repo, "torchscript")
     assert result["torch"] is True and result["runtime"] == "torchscript"
+
+
+BLOCKED = r"""
+import sys, json
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NoTorch())
+from rlserve.service.errors import BundleInvalid
+from rlserve.service.serving.checkpoints import _export
+try:
+    _export(__import__("pathlib").Path(sys.argv[1]), __import__("pathlib").Path(sys.argv[2]), "m", None)
+except BundleInvalid as exc:
+    print(json.dumps({"refused": exc.message}))
+"""
+
+
+def test_a_checkpoint_without_torch_is_refused_as_a_bundle_it_cannot_export(tmp_path: Path) -> None:
+    """Every import the export needs sits inside the refusal's guard: without torch the
+    answer is the 'needs torch' refusal, not a ModuleNotFoundError from the exporter."""
+    checkpoint = ROOT.parent / "shared" / "oracle" / "checkpoints" / "ppo_cartpole_fc_filter"
+    assert checkpoint.is_dir(), checkpoint
+    out = subprocess.run([sys.executable, "-c", BLOCKED, str(checkpoint), str(tmp_path / "out")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    refused = json.loads(out.stdout.strip().splitlines()[-1])["refused"]
+    assert "needs torch to export it (torch is not installed)" in refused
