@@ -119,8 +119,10 @@ def start_rlserve(repo: Path, env_extra: dict[str, str], code_root: Path | None 
     port = free_port()
     path = str(ROOT) if code_root is None else f"{code_root}{os.pathsep}{ROOT}"
     env = {**os.environ, "PYTHONPATH": path, "RLSERVE_LOG_LEVEL": "warning", **env_extra}
-    code = "import sys; from rlserve.service.serve_command import serve_main; sys.exit(serve_main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--repository", str(repo), "--port", str(port)], env=env,
+    # The command line's entry point: the same call in every checkout a baseline may be.
+    code = "import sys; from rlserve.service.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--repository", str(repo), "--port", str(port)],
+                            env=env,
                             preexec_fn=_pinned)
     wait_ready(port, "/readyz", proc)
     return proc, port
