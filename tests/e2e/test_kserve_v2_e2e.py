@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,14 +19,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import svc_bundles
 import tritonclient.http as triton
 from server_process import running_server
 from tritonclient.utils import InferenceServerException
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "service"))
-
-import svc_bundles  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import svc_bundles
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "service"))
-
-import svc_bundles  # noqa: E402
-
 pytestmark = pytest.mark.e2e
 OBS = [0.1, -0.2, 0.3, 0.05]
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+import svc_bundles
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import svc_bundles  # noqa: E402
-
-from rlserve.service.app import create_app  # noqa: E402
-from rlserve.service.settings import Settings  # noqa: E402
+from rlserve.service.app import create_app
+from rlserve.service.settings import Settings
 
 
 @pytest.fixture(scope="session")

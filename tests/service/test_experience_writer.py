@@ -194,7 +194,6 @@ def test_the_writer_thread_imports_nothing_after_start(tmp_path):
     code = f"""
 import sys
 from pathlib import Path
-sys.path.insert(0, {str(Path(__file__).parent)!r})
 from rlserve.service.experience.log import ExperienceLog
 from test_experience_writer import _episode, _model
 log = ExperienceLog(Path({str(tmp_path)!r}))
@@ -203,7 +202,9 @@ log.writer.offer(_model(Path({str(tmp_path)!r})), _episode("a", 5))
 log.close()
 print(sorted(set(sys.modules) - before))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # python -c puts its working directory on sys.path: this folder, for this module's helpers.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert _files(tmp_path, "columns") and _files(tmp_path, "episodes")
