@@ -145,7 +145,7 @@ async def test_an_episode_lives_while_its_agents_act_and_is_gone_once_idle(short
 
 async def test_a_store_that_stalls_is_503_and_the_episode_goes_on_exactly(replicas, redis, reference):
     """A redis-server that stops answering (SIGSTOP: a hung host, a partition): every request
-    of the episode is refused within the store timeout, from either replica, and nothing is
+    of the episode is refused once the store timeout passes, from either replica, and nothing is
     written; once it answers again, the same steps continue the episode as one process
     plays it (blue_1 joins in the step that stalled)."""
     bodies = [step("stall", t, ("red_1",) if t < 3 else ("red_1", "blue_1")) for t in range(6)]

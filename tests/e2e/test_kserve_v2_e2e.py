@@ -318,10 +318,16 @@ def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
 
 # --------------------------------------------------------------------------- one batch
 
+# A batch closes at RLSERVE_MAX_BATCH_SIZE rows or when its window ends: with 4 rows and a
+# window far longer than the test, a 3-row and a 1-row request share one batch whichever
+# comes first and however late the other is (the window only bounds a failure's wait).
+BATCH_OF_FOUR = {"RLSERVE_MAX_BATCH_SIZE": "4", "RLSERVE_MAX_BATCH_DELAY_MS": "20000"}
+
+
 def test_a_protocol_request_and_a_json_request_share_one_batch(repo):
-    """Both wire formats end in the same batcher: with a batching window, a tritonclient
-    request and a JSON request that arrive together run as one runtime call."""
-    with running_server(["--repository", str(repo)], env={"RLSERVE_MAX_BATCH_DELAY_MS": "500"}) as base:
+    """Both wire formats end in the same batcher: a tritonclient request and a JSON request
+    run as one runtime call."""
+    with running_server(["--repository", str(repo)], env=BATCH_OF_FOUR) as base:
         c = triton.InferenceServerClient(base.removeprefix("http://"))
         obs = np.random.default_rng(31).uniform(-1, 1, (3, 4)).astype(np.float32)
         shares_one_batch_with_a_json_request(base, lambda: c.infer("mlp", [tensor("obs", obs, True)]))
@@ -330,12 +336,16 @@ def test_a_protocol_request_and_a_json_request_share_one_batch(repo):
 
 def shares_one_batch_with_a_json_request(base: str, send: Callable[[], Any]) -> None:
     """``send()`` (a protocol request of 3 MLP rows, answered as tritonclient answers) and
-    a 1-row JSON act request, sent together to a server with a batching window, ran as one
-    runtime call."""
+    a 1-row JSON act request, sent together to a server batching 4 rows (``BATCH_OF_FOUR``),
+    ran as one runtime call: the JSON answer's batch and the server's batch metrics say so."""
     results: list = []
     thread = threading.Thread(target=lambda: results.append(send()))
     thread.start()
     answer = act(base, "mlp", {"observation": [0.1, 0.2, 0.3, 0.4], "debug": True})
-    thread.join(30)
+    thread.join(60)
     assert len(results) == 1 and results[0].as_numpy("action").shape == (3,)
     assert answer["debug"]["batch_requests"] == 2 and answer["debug"]["batch_rows"] == 4
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    for line in ('rlserve_batch_size_requests_count{model="mlp"} 1.0',
+                 'rlserve_batch_size_requests_sum{model="mlp"} 2.0', 'rlserve_batch_size_rows_sum{model="mlp"} 4.0'):
+        assert line in metrics, [m for m in metrics.splitlines() if m.startswith("rlserve_batch_size")]
