@@ -10,30 +10,14 @@ xdist outside the checked range is installed, so that an upgrade is a decision.
 
 from __future__ import annotations
 
-import importlib.metadata
-import tomllib
-from pathlib import Path
-
-from packaging.requirements import Requirement
-from packaging.version import Version
 from xdist_units import XDIST_CHECKED, xdist_scope_problem
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _declared_xdist() -> Requirement:
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    (req,) = [r for r in map(Requirement, extras["test"]) if r.name == "pytest-xdist"]
-    return req
+from .checked_ranges import assert_bounded_and_installed
 
 
 def test_the_declared_xdist_range_is_bounded_above_and_admits_the_installed_one():
-    spec = _declared_xdist().specifier
-    assert any(s.operator in ("<", "<=", "==", "~=") for s in spec), f"pytest-xdist{spec} has no upper bound"
-    installed = Version(importlib.metadata.version("pytest-xdist"))
-    assert spec.contains(installed), (
-        f"pytest-xdist {installed} is installed, pyproject declares pytest-xdist{spec}: tests/conftest.py's "
-        f"scheduler was checked against {XDIST_CHECKED}; re-check it, then widen both")
+    assert_bounded_and_installed("pytest-xdist", f"tests/xdist_units.py's scheduler was checked against "
+                                 f"{XDIST_CHECKED}: re-check it, then widen both", extra="test")
 
 
 def test_the_private_scope_api_the_scheduler_overrides_is_there():
