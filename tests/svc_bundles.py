@@ -1,7 +1,8 @@
 """Small, seeded bundles for the service tests, built with the real catalog and exporter.
 
 Tests may use torch to *build* bundles; serving them must not need it (see
-``test_svc_torch_free.py``). Every builder returns the bundle directory.
+``test_svc_torch_free.py``). Every builder returns the bundle directory; ``shared`` exports
+each bundle once per test run, for every xdist worker.
 """
 
 from __future__ import annotations
@@ -64,6 +65,28 @@ def export(name: str, out_dir: Path, version: str = "1", seed: int = 0) -> Path:
     export_bundle(model, obs_space=spec["obs"], action_space=spec["act"], model_config=spec["config"],
                   out_dir=out_dir, name=name, version=version, formats=spec.get("formats", ["onnx"]))
     return out_dir
+
+
+def shared(tmp_path_factory: Any, *names: str) -> Path:
+    """A folder holding the bundles ``names`` (default: all of ``SPECS``), each exported once
+    per test run: the run's xdist workers share the folder (their base temporary folders'
+    parent), and the first to need a bundle exports it, under a file lock. Read only: copy a
+    bundle to change it."""
+    import fcntl
+    import os
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "svc-bundles"
+    root.mkdir(exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in names or SPECS:
+            if not (root / name / "manifest.json").is_file():
+                partial = root / f".{name}.partial"
+                shutil.rmtree(partial, ignore_errors=True)
+                export(name, partial).rename(root / name)
+    return root
 
 
 def copy_as_version(src: Path, dst: Path, version: str) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("kserve_v2_repo")
+    exported = svc_bundles.shared(tmp_path_factory, "mlp", "masked", "lstm")
     for name in ("mlp", "masked", "lstm"):
-        svc_bundles.export(name, root / name)
+        shutil.copytree(exported / name, root / name)
     return root
 
 
