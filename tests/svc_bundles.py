@@ -69,24 +69,12 @@ def export(name: str, out_dir: Path, version: str = "1", seed: int = 0) -> Path:
 
 def shared(tmp_path_factory: Any, *names: str) -> Path:
     """A folder holding the bundles ``names`` (default: all of ``SPECS``), each exported once
-    per test run: the run's xdist workers share the folder (their base temporary folders'
-    parent), and the first to need a bundle exports it, under a file lock. Read only: copy a
-    bundle to change it."""
-    import fcntl
-    import os
-    import shutil
+    per test run for all its xdist workers (``run_cache``). Read only: copy a bundle to change it."""
+    from run_cache import shared_folder
 
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "svc-bundles"
-    root.mkdir(exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for name in names or SPECS:
-            if not (root / name / "manifest.json").is_file():
-                partial = root / f".{name}.partial"
-                shutil.rmtree(partial, ignore_errors=True)
-                export(name, partial).rename(root / name)
-    return root
+    for name in names or SPECS:
+        folder = shared_folder(tmp_path_factory, f"svc-bundles/{name}", lambda out, name=name: export(name, out))
+    return folder.parent
 
 
 def copy_as_version(src: Path, dst: Path, version: str) -> Path:
