@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=8, help="requests per batch")
     parser.add_argument("--seconds", type=float, default=3.0, help="per way of casting")
     parser.add_argument("--code", type=Path, default=None, metavar="CHECKOUT")
+    parser.add_argument("--bundles", type=Path, default=None,
+                        help="keep the exported VisionNet bundle in this folder and reuse it (as bench_gpu.py's)")
     parser.add_argument("--repo", type=Path, default=None, help=argparse.SUPPRESS)  # the re-run's bundles
     args = parser.parse_args()
     if args.repo is not None:  # the measurement itself, in whichever code is on the path
@@ -100,9 +102,9 @@ def main() -> None:
         return
     bench_server.machine_state("start")
     with tempfile.TemporaryDirectory(prefix="rlserve-bench-frames-") as tmp:
-        repo = Path(tmp) / "repo"
-        repo.mkdir()
-        bench_gpu.build_bundles(repo)
+        repo = args.bundles or Path(tmp) / "repo"
+        repo.mkdir(parents=True, exist_ok=True)
+        bench_gpu.build_bundles(repo, ["vision"])
         path = str(bench_server.ROOT)
         if args.code is not None:
             path = f"{bench_server.baseline_root(args.code, Path(tmp))}{os.pathsep}{path}"

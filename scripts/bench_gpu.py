@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +56,9 @@ QUEUE_LIMIT = 65536
 
 # --------------------------------------------------------------------------- bundles
 
-def build_bundles(repo: Path) -> None:
+def build_bundles(repo: Path, names: Sequence[str] = ("mlp", "vision")) -> None:
+    """Export the bundles ``names`` into ``repo``, each one that is not there yet (a
+    ``--bundles`` folder keeps them between runs)."""
     import gymnasium.spaces as gs
     import numpy as np
     import torch
@@ -68,7 +71,10 @@ def build_bundles(repo: Path) -> None:
         "mlp": (gs.Box(-1.0, 1.0, (16,), np.float32), gs.Discrete(4), {"fcnet_hiddens": [256, 256]}),
         "vision": (gs.Box(0, 255, IMAGE, np.uint8), gs.Discrete(6), {}),  # RLlib's 84x84 conv filters
     }
-    for name, (obs, act, config) in specs.items():
+    for name in names:
+        if (repo / name / "manifest.json").is_file():
+            continue
+        obs, act, config = specs[name]
         torch.manual_seed(0)
         model = build_model(obs, act, config)
         export_bundle(model, obs_space=obs, action_space=act, model_config=config, out_dir=repo / name,
@@ -274,6 +280,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--device-cast", choices=["on", "off"], default="on",
                         help="RLSERVE_ONNX_DEVICE_CAST of every server (off: integer inputs cast on the host)")
     parser.add_argument("--json", type=Path, default=None, help="write the run here as JSON")
+    parser.add_argument("--bundles", type=Path, default=None,
+                        help="keep the exported bundles in this folder and reuse those there (default: a new export)")
     return parser.parse_args()
 
 
@@ -300,9 +308,9 @@ def main() -> int:
         print(f"cuda: left out ({why})", flush=True)
     cells: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "repo"
+        repo = args.bundles or Path(tmp) / "repo"
         t0 = time.monotonic()
-        build_bundles(repo)
+        build_bundles(repo, args.models)
         print(f"bundles exported in {time.monotonic() - t0:.1f} s", flush=True)
         requests = {(m, r, p): [BUILDERS[p](m, observations(m, r, seed)) for seed in range(2)]
                     for m in args.models for r in args.rows for p in args.paths}

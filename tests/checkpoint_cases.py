@@ -86,3 +86,22 @@ def load_checkpoint_case(case_id: str) -> CheckpointCase:
         with np.load(path / "episode_states.npz", allow_pickle=False) as z:
             states = {k: z[k] for k in z.files}
     return CheckpointCase(case_id, path, reference, states)
+
+
+def exported_checkpoint(tmp_path_factory: Any, case: CheckpointCase) -> Path:
+    """``rlserve export CHECKPOINT --name NAME`` (its main, in this process) of ``case``, named
+    ``model_name(case)``: done once per test run for every test and xdist worker (``run_cache``)."""
+    from run_cache import shared_folder
+
+    from rlserve.models.export.cli import export_main
+
+    def build(out: Path) -> None:
+        rc = export_main([str(case.checkpoint), "--out", str(out), "--name", model_name(case), "--quiet"])
+        assert rc == 0, f"rlserve export {case.checkpoint} exited {rc}"
+
+    return shared_folder(tmp_path_factory, f"checkpoint-exports/{model_name(case)}", build)
+
+
+def model_name(case: CheckpointCase) -> str:
+    """The case's model name where it is served (its id, a folder name)."""
+    return case.id.replace("/", "-")

@@ -17,17 +17,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """The units of work of the default run's pytest-xdist workers (``--dist loadfile`` in
     pyproject.toml): each test file is one, so its module-scoped servers start once, and all
     of tests/conformance is one, so that its key-coverage check, which runs last there, sees
-    every comparison (its registry is per process). Other ``--dist`` modes are xdist's own."""
+    every comparison (its registry is per process). Other ``--dist`` modes are xdist's own.
+    The scheduler relies on xdist's private API, guarded (``xdist_units.py``)."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
+    from xdist_units import files_and_conformance
 
-    class FilesAndConformance(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return "tests/conformance" if scope.startswith("tests/conformance/") else scope
-
-    return FilesAndConformance(config, log)
+    return files_and_conformance(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -120,6 +120,11 @@ class OracleCase:
 
 
 def load_case(name: str) -> OracleCase:
+    """Case ``name``; a placeholder of ``select_cases``/``cases_of_kind`` fails the test."""
+    if name.startswith(NO_CASES_PREFIX):
+        import pytest
+
+        pytest.fail(f"no oracle case: {name} (set RLSERVE_ORACLE_DIR)")
     return _load_case(case_dir(name))
 
 
@@ -231,13 +236,21 @@ def select_cases(predicate: Any) -> list[str]:
     An empty or missing folder gives one placeholder name (starting with
     ``NO_CASES_PREFIX``) that the tests turn into a failure. A folder that has cases but
     none this test applies to gives an empty list: pytest reports that test as skipped
-    ("empty parameter set"), which is right for a fixture folder without, say, a filter
-    case; test_coverage.py separately requires a non-empty, fully checked folder.
+    ("empty parameter set"). A test of some kinds selects with ``cases_of_kind`` instead,
+    and test_coverage.py requires a case of every kind the suite knows.
     """
     names = case_names()
     if not names:
         return [f"{NO_CASES_PREFIX} in {oracle_dirs_text()}>"]
     return [n for n in names if predicate(n)]
+
+
+def cases_of_kind(*kinds: str) -> list[str]:
+    """Names of the cases of ``kinds`` (case.json's ``kind``); none gives one placeholder
+    name (starting with ``NO_CASES_PREFIX``) that the tests turn into a failure, never an
+    empty parameter set that pytest would skip."""
+    names = [n for n in case_names() if read_meta(n).get("kind") in kinds]
+    return names or [f"{NO_CASES_PREFIX} of kind {' or '.join(kinds)} in {oracle_dirs_text()}>"]
 
 
 # case.json model_config entries that record how the case was registered, not config:

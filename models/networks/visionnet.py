@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlserve.models.conv_filters import default_conv_filters
 from rlserve.models.networks.common import (
     SlimConv2d,
     SlimFC,
@@ -24,30 +25,6 @@ from rlserve.models.networks.common import (
 from rlserve.models.networks.fcnet import obs_shape_of
 
 Filter = tuple[int, Any, Any]  # (out_channels, kernel, stride); kernel/stride an int or [h, w]
-
-# RLlib 2.60's defaults by (H, W); 64x64's ends in a 3x3 map and is rejected on use.
-_DEFAULT_FILTERS: dict[tuple[int, int], list[list[Any]]] = {
-    (96, 96): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 2]],
-    (84, 84): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]],
-    (64, 64): [[16, [4, 4], 2], [32, [4, 4], 2], [64, [4, 4], 2], [128, [4, 4], 2]],
-    (42, 42): [[16, [4, 4], 2], [32, [4, 4], 2], [256, [11, 11], 1]],
-    (10, 10): [[16, [5, 5], 2], [32, [5, 5], 2]],
-}
-
-
-def default_conv_filters(shape: Sequence[int]) -> list[list[Any]]:
-    """RLlib's default ``conv_filters`` for an image shape (HWC, or CHW as RLlib also accepts)."""
-    shape = [int(d) for d in shape]
-    if len(shape) in (2, 3):
-        for size, filters in _DEFAULT_FILTERS.items():
-            if tuple(shape[:2]) == size or tuple(shape[1:]) == size:
-                return [list(f) for f in filters]
-    known = ", ".join(f"[{h}, {w}, K]" for h, w in _DEFAULT_FILTERS)
-    raise ValueError(
-        f"conv_filters: no default for observation shape {shape}; defaults exist only for {known}. "
-        "Set model_config['conv_filters'] to a list of [out_channels, [kh, kw], stride]"
-    )
-
 
 def _parse_filters(filters: Any) -> list[Filter]:
     parsed = []

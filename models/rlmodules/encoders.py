@@ -10,7 +10,7 @@
                           the maps are flattened in (h, w, c) order; no dense layer
     anything else      -> refused (RLlib has no default encoder for it either)
 
-``conv_filters`` unset takes RLlib's defaults by image size (``get_filter_config``).
+``conv_filters`` unset takes RLlib's defaults by image size (``rlserve.models.conv_filters``).
 """
 
 from __future__ import annotations
@@ -21,29 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlserve.models.conv_filters import default_conv_filters
 from rlserve.models.rlmodules.layers import TorchCNN, TorchMLP, conv_output_shape
 
-__all__ = ["CNNEncoder", "LSTMEncoder", "MLPEncoder", "build_encoder", "default_conv_filters"]
-
-# ray.rllib.models.utils.get_filter_config (ray 2.60), by image height and width.
-_DEFAULT_FILTERS: dict[tuple[int, int], list[list[Any]]] = {
-    (96, 96): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 2]],
-    (84, 84): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]],
-    (64, 64): [[16, [4, 4], 2], [32, [4, 4], 2], [64, [4, 4], 2], [128, [4, 4], 2]],
-    (42, 42): [[16, [4, 4], 2], [32, [4, 4], 2], [256, [11, 11], 1]],
-    (10, 10): [[16, [5, 5], 2], [32, [5, 5], 2]],
-}
-
-
-def default_conv_filters(shape: Sequence[int]) -> list[list[Any]]:
-    """RLlib's default ``conv_filters`` for an (H, W, C) image (it matches H, W first, then W, C)."""
-    dims = [int(d) for d in shape]
-    for key, filters in _DEFAULT_FILTERS.items():
-        if tuple(dims[:2]) == key or tuple(dims[1:]) == key:
-            return filters
-    raise ValueError(f"no default conv_filters for an observation of shape {dims} (RLlib has none either); "
-                     "the checkpoint's model config should name conv_filters")
-
+__all__ = ["CNNEncoder", "LSTMEncoder", "MLPEncoder", "build_encoder"]
 
 class MLPEncoder(nn.Module):
     def __init__(self, input_dim: int, config: Mapping[str, Any]):

@@ -23,11 +23,12 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
+from rlserve.service.act.outputs import EXTRA_NAMES
 from rlserve.service.errors import InvalidInput, quoted
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import Expect, Fields, check_shape
@@ -149,10 +150,8 @@ def _explore(text: str | None) -> bool | None:
 def _outputs(text: str | None) -> frozenset[str]:
     if not text:
         return _NO_OUTPUTS
-    from rlserve.service.act.wire import Extra  # wire imports this module
-
     names = [name.strip() for name in text.split(",") if name.strip()]
-    known = get_args(Extra)
+    known = EXTRA_NAMES
     unknown = [name for name in names if name not in known]
     if unknown:
         raise InvalidInput(f"X-Rlserve-Outputs: unknown output {quoted(unknown[0])}", field="X-Rlserve-Outputs",

@@ -9,22 +9,17 @@ The same structs generate the OpenAPI schema of the act routes.
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any
 
 import msgspec
 
 from rlserve.service.act.binary import ObservationBlock, decode_block
-from rlserve.service.errors import BadRequest, InvalidInput, InvalidJSON, quoted, summarize_received, without
+from rlserve.service.act.msgspec_errors import JSON_TYPE_NAMES, explain, unknown_field
+from rlserve.service.act.outputs import EXTRA_NAMES, Extra, ExtraOutputs
+from rlserve.service.errors import BadRequest, InvalidInput, InvalidJSON, quoted
 from rlserve.service.step.received import non_finite_token
 from rlserve.service.step.rows import Rows
 from rlserve.service.step.sizes import check_rows
-
-Extra = Literal["value", "entropy", "dist_inputs", "q_values", "raw_action"]
-
 
 MAX_SEED = (1 << 64) - 1  # a session record keeps its seed as an unsigned 64-bit integer
 
@@ -34,7 +29,7 @@ class Seed(int):
     non-negative one; a session record, ``rlserve.service.sessions.record``, keeps 64 bits).
 
     JSON Schema counts ``2.0`` as the integer 2, so the documented ``integer`` takes it too:
-    msgspec alone refuses a float for an ``int``, hence this type and ``_dec_hook``. (An int
+    msgspec alone refuses a float for an ``int``, hence this type and ``dec_hook``. (An int
     subclass: msgspec cannot encode it, so never echo a decoded seed without ``int()``.)
     """
 
@@ -46,17 +41,16 @@ class StepIndex(int):
 
 # The custom integer types and their largest value (the smallest is 0).
 _INTEGERS: dict[type, int] = {Seed: MAX_SEED, StepIndex: MAX_SEED}
-_JSON_TYPES = {bool: "bool", str: "str", list: "array", dict: "object", float: "float"}
 
 
-def _dec_hook(kind: type, value: Any) -> Any:
+def dec_hook(kind: type, value: Any) -> Any:
     limit = _INTEGERS.get(kind)
     if limit is None:
         raise NotImplementedError(kind)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if type(value) is not int:  # messages as msgspec's own for an `int | None` field
-        raise TypeError(f"Expected `int | null`, got `{_JSON_TYPES.get(type(value), type(value).__name__)}`")
+        raise TypeError(f"Expected `int | null`, got `{JSON_TYPE_NAMES.get(type(value), type(value).__name__)}`")
     if value < 0:
         raise ValueError("Expected `int` >= 0")
     if value > limit:
@@ -127,28 +121,28 @@ class BatchDebug(msgspec.Struct):
     run_ms: float
 
 
-class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Single form: ``action``/``logp``/...; batch form: ``actions``/``logp`` lists.
-
-    The one definition of the act answer: the use case builds it, msgspec encodes it and
-    generates its OpenAPI schema, so the documented and the sent shapes cannot drift."""
+class _AnswerHead(ExtraOutputs, omit_defaults=True):
+    """What an act answer is about and its action. Positional fields come before the
+    keyword-only ones in msgspec's field order (and so in the JSON): these before the
+    outputs asked for by name, which ``ExtraOutputs`` declares once for this answer and a
+    policy set's."""
 
     model: str
     version: str
     explore: bool
     action: Any = msgspec.UNSET
     actions: list[Any] | msgspec.UnsetType = msgspec.UNSET
+
+
+class ActResponse(_AnswerHead, kw_only=True, omit_defaults=True):
+    """Single form: ``action``/``logp``/...; batch form: ``actions``/``logp`` lists.
+
+    The one definition of the act answer: the use case builds it, msgspec encodes it and
+    generates its OpenAPI schema, so the documented and the sent shapes cannot drift."""
+
     # Single form: a number per field (null where the distribution defines none);
     # batch form: a list with one entry per row.
     logp: Any
-    value: Any = msgspec.UNSET
-    entropy: Any = msgspec.UNSET
-    dist_inputs: Any = msgspec.UNSET
-    # A Q-policy's Q-values (after masking), one per action. Only with ``outputs: ["q_values"]``.
-    q_values: Any = msgspec.UNSET
-    # The model's own sample (before unsquash/clip): what a recurrent model is fed back as
-    # its previous action. Only with ``outputs: ["raw_action"]``.
-    raw_action: Any = msgspec.UNSET
     session_id: str | None | msgspec.UnsetType = msgspec.UNSET
     session_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
     debug: BatchDebug | msgspec.UnsetType = msgspec.UNSET
@@ -158,7 +152,7 @@ class ActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     event_ids: list[str | None] | msgspec.UnsetType = msgspec.UNSET
 
 
-_DECODER = msgspec.json.Decoder(ActRequest, dec_hook=_dec_hook)
+_DECODER = msgspec.json.Decoder(ActRequest, dec_hook=dec_hook)
 
 
 _JSON_EXPECTED = "a UTF-8 JSON object with 'observation' or 'observations'"
@@ -188,135 +182,18 @@ def decode_request(body: bytes) -> ActRequest:
                           received="JSON nested too deeply") from None
 
 
-# --------------------------------------------------------------------------- decode errors
-# msgspec says what was expected and where ("Expected `bool | null`, got `str` - at
-# `$.explore`") but not the value, and inside untyped values (observations) it names a
-# dict key only as "[...]". On this error path the body is parsed again, loosely (numbers
-# kept as text), to name the exact place and echo what was received.
-
-_AT = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>.*)`$", re.S)
-_SEGMENT = re.compile(r"\.([^.\[]+)|\[([0-9]+|\.\.\.)\]")
-_WILD = object()  # msgspec's "[...]": some key of an object
-_NO_VALUE = object()
-
-
-class _Number(str):
-    """A JSON number kept as its text (1e400 and 5000-digit integers stay describable)."""
-
-
 def refusal(message: str, body: bytes) -> BadRequest:
-    """The 400 for a msgspec validation error, naming the field, expected and received."""
+    """The 400 for a msgspec validation error of an act request (``msgspec_errors``); an
+    unknown field is named among the act request's."""
     name = unknown_field(message)
-    if name is not None:
-        what = f"invalid request: unknown field {quoted(name)}"  # msgspec's message quotes it whole
-        if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
-            return BadRequest(f"{what} in 'observations'", field="observations",
-                              expected=f"a list of rows, or a block with the keys "
-                                       f"{list(ObservationBlock.__struct_fields__)}", received=name)
-        return BadRequest(what, field=name, expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
-    match = _AT.match(message)
-    if match is None:
-        return BadRequest(f"invalid request: {message}", expected="a JSON object of the act request schema",
-                          received=message)
-    what, raw_path = match["what"], match["path"]
-    segments = [int(i) if i.isdigit() else _WILD if i == "..." else key for key, i in _SEGMENT.findall(raw_path)]
-    got = re.search(r", got `([^`]*)`", what)
-    loose = _loose(body)
-    # Under a "[...]" (msgspec elides the key of an object's entry) the entry named is the
-    # first whose value is what msgspec saw: an unparseable number, or a value of its type.
-    found = _locate(loose, segments, "", _culprit("out of range" in what, got[1] if got else None))
-    if found is None and got is not None:
-        found = _locate(loose, segments, "", _culprit(False, None))
-    field, value = found if found is not None else (raw_path.lstrip("."), _NO_VALUE)
-    received = _received(value) if value is not _NO_VALUE else (got[1] if got else what)
-    what = without(what, value)  # msgspec quotes an invalid enum value whole
-    return BadRequest(f"invalid request: {what} - at {field}", field=field,
-                      expected=_expected(what, segments), received=received)
-
-
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`(?: - at `\$[^`]*`)?$", re.S)
-
-
-def unknown_field(message: str) -> str | None:
-    """The name in msgspec's "Object contains unknown field `...`" (backticks and all)."""
-    match = _UNKNOWN.match(message)
-    return None if match is None else match["name"]
-
-
-def _expected(what: str, segments: list[Any]) -> Any:
-    if what.startswith("Invalid enum value") and segments and segments[0] == "outputs":
-        return list(get_args(Extra))
-    if "out of range" in what:
-        return "a number that fits a 64-bit float (integers of at most 4300 digits)"
-    expected = re.match(r"Expected `([^`]*)`(.*?)(?:, got `[^`]*`)?$", what, re.S)
-    if expected:
-        return (expected[1] + expected[2]).strip()
-    return what
-
-
-def _loose(body: bytes) -> Any:
-    try:
-        return json.loads(body, parse_float=_Number, parse_int=_Number, parse_constant=_Number)
-    except Exception:  # noqa: BLE001 - unparseable here too: the error keeps msgspec's path
-        return _NO_VALUE
-
-
-def _culprit(out_of_range: bool, got: str | None) -> Callable[[Any], bool]:
-    """Whether a value (as ``_loose`` parsed it) can be the one msgspec refused."""
-    if out_of_range:
-        return _unparseable
-    if got is None or got not in _GOT_NAMES:
-        return lambda value: True
-    return lambda value: _json_type(value) == got
-
-
-def _json_type(value: Any) -> str:
-    """msgspec's name of a parsed JSON value's type (``got `...` ``)."""
-    if isinstance(value, _Number):  # no NaN/Infinity here: msgspec refused those bytes before validating
-        return "float" if any(c in value for c in ".eE") else "int"
-    return "null" if value is None else _JSON_TYPES.get(type(value), "?")
-
-
-_GOT_NAMES = {"float", "int", "bool", "str", "array", "object", "null"}
-
-
-def _locate(value: Any, segments: list[Any], prefix: str, culprit: Callable[[Any], bool]) -> tuple[str, Any] | None:
-    """(field path, value) at msgspec's path; a "[...]" is the key of the entry whose value
-    is the ``culprit``."""
-    if not segments:
-        return (prefix, value) if culprit(value) else None
-    head, rest = segments[0], segments[1:]
-    if head is _WILD and isinstance(value, dict):
-        for key, item in value.items():
-            found = _locate(item, rest, f"{prefix}.{key}", culprit)
-            if found is not None:
-                return found
-    elif isinstance(head, int) and isinstance(value, list) and head < len(value):
-        return _locate(value[head], rest, f"{prefix}[{head}]", culprit)
-    elif isinstance(head, str) and isinstance(value, dict) and head in value:
-        return _locate(value[head], rest, f"{prefix}.{head}" if prefix else head, culprit)
-    return None
-
-
-def _unparseable(value: Any) -> bool:
-    if not isinstance(value, _Number):
-        return False
-    try:
-        return not math.isfinite(float(value)) if any(c in value for c in ".eE") else int(value) is None
-    except ValueError:  # over Python's 4300-digit limit for integers
-        return True
-
-
-def _received(value: Any) -> Any:
-    if isinstance(value, _Number):
-        if len(value) > 40:
-            return f"a number of {len(value)} characters"
-        try:
-            number = float(value) if any(c in value for c in ".eE") else int(value)
-        except ValueError:
-            return str(value)
-        return number if math.isfinite(number) else str(value)
-    return summarize_received(value)
+    if name is None:
+        return explain(message, body, schema="the act request schema", enums={"outputs": EXTRA_NAMES})
+    what = f"invalid request: unknown field {quoted(name)}"  # msgspec's message quotes it whole
+    if message.endswith("- at `$.observations`"):  # an object where a list or a block goes
+        return BadRequest(f"{what} in 'observations'", field="observations",
+                          expected=f"a list of rows, or a block with the keys "
+                                   f"{list(ObservationBlock.__struct_fields__)}", received=name)
+    return BadRequest(what, field=name, expected=f"one of {list(ActRequest.__struct_fields__)}", received=name)
 
 
 def to_rows(req: ActRequest, max_rows: int) -> Rows:

@@ -9,7 +9,7 @@ learner may batch as tensors, so those are numeric, and the strings and nullable
 (model, version, event id, time, value) sit in ``infos``.
 
 Episodes form (one row per episode segment): ``item`` holds the segment's
-``SingleAgentEpisode.get_state()`` msgpack-encoded (``rlserve.service.experience.episodes``),
+``SingleAgentEpisode.get_state()`` msgpack-encoded (``rlserve.service.experience.episode_state``),
 what RLlib reads with ``input_read_episodes=True``; the other columns repeat what a reader
 joins segments by without decoding ``item``.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from rlserve.service.experience import episodes, spaces
+from rlserve.service.experience import episode_state, space_columns
 from rlserve.service.experience.records import (
     TERMINATED,
     TRUNCATED,
@@ -36,7 +36,7 @@ INFOS = pa.struct([
 
 
 def columns_schema(model: ModelLog) -> pa.Schema:
-    obs, actions = spaces.arrow_type(model.obs_space), spaces.arrow_type(model.action_space)
+    obs, actions = space_columns.arrow_type(model.obs_space), space_columns.arrow_type(model.action_space)
     return pa.schema([
         ("eps_id", pa.string()), ("agent_id", pa.string()), ("module_id", pa.string()), ("t", pa.int64()),
         ("obs", obs), ("actions", actions), ("rewards", pa.float64()), ("new_obs", obs),
@@ -63,14 +63,14 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
         "agent_id": pa.array(f.agent_id, pa.string()),
         "module_id": pa.array(f.module_id, pa.string()),
         "t": pa.array(np.array(f.t, np.int64)),
-        "obs": spaces.arrow_array(obs_space, f.obs),
-        "actions": spaces.arrow_array(action_space, f.action),
+        "obs": space_columns.arrow_array(obs_space, f.obs),
+        "actions": space_columns.arrow_array(action_space, f.action),
         "rewards": pa.array(np.array(f.reward, np.float64)),
-        "new_obs": spaces.arrow_array(obs_space, f.next_obs),
+        "new_obs": space_columns.arrow_array(obs_space, f.next_obs),
         "terminateds": pa.array(ends == TERMINATED),
         "truncateds": pa.array(ends == TRUNCATED),
         "action_logp": pa.array(np.array(f.logp, np.float32)),
-        "actions_for_env": spaces.arrow_array(action_space, f.env_action),
+        "actions_for_env": space_columns.arrow_array(action_space, f.env_action),
         "explore": explore,
         "infos": infos,
     }
@@ -85,7 +85,7 @@ EPISODES_SCHEMA = pa.schema([
 
 
 def episodes_table(model: ModelLog, segments: list[list[Transition]]) -> pa.Table:
-    items = [episodes.encode_segment(model, segment) for segment in segments]
+    items = [episode_state.encode_segment(model, segment) for segment in segments]
     first = [segment[0].step for segment in segments]
     last = [segment[-1] for segment in segments]
     columns = {

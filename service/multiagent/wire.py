@@ -18,8 +18,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from rlserve.service.act.wire import Extra, Seed, _dec_hook, refusal
-from rlserve.service.errors import InvalidJSON
+from rlserve.service.act.msgspec_errors import explain, unknown_field
+from rlserve.service.act.outputs import EXTRA_NAMES, Extra, ExtraOutputs
+from rlserve.service.act.wire import Seed, dec_hook
+from rlserve.service.errors import BadRequest, InvalidJSON, quoted
 
 
 class AgentStep(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -57,17 +59,14 @@ class AgentsActRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     outputs: list[Extra] = []
 
 
-class AgentAnswer(msgspec.Struct, kw_only=True, omit_defaults=True):
+# Positional fields first, then ExtraOutputs' keyword-only ones (the outputs asked for by
+# name, declared once for this answer and the act answer).
+class AgentAnswer(ExtraOutputs, omit_defaults=True):
     """One agent's answer (``done`` agents get only ``policy`` and ``done``)."""
 
     policy: str
     action: Any = msgspec.UNSET
     logp: Any = msgspec.UNSET
-    value: Any = msgspec.UNSET
-    entropy: Any = msgspec.UNSET
-    dist_inputs: Any = msgspec.UNSET
-    q_values: Any = msgspec.UNSET
-    raw_action: Any = msgspec.UNSET
     # The step's id in the experience log (for delayed rewards, at the member model's
     # ``/v1/models/<set>.<policy>/experience/rewards``); only where the log recorded it.
     event_id: Any = msgspec.UNSET
@@ -82,7 +81,7 @@ class AgentsActResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     episode_ended: bool = False
 
 
-_DECODER = msgspec.json.Decoder(AgentsActRequest, dec_hook=_dec_hook)
+_DECODER = msgspec.json.Decoder(AgentsActRequest, dec_hook=dec_hook)
 _EXPECTED = "a UTF-8 JSON object with 'agents' (agent id -> its step)"
 
 
@@ -93,15 +92,7 @@ def decode_agents_request(body: bytes) -> AgentsActRequest:
     try:
         req = _DECODER.decode(body)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        error = refusal(message, body)
-        if message.startswith("Object contains unknown field `"):  # refusal() names the act request's fields
-            nested = "- at `$.agents" in message
-            error.expected = f"one of {list((AgentStep if nested else AgentsActRequest).__struct_fields__)}"
-            if not nested:
-                error.message += ("; a policy set's act request carries 'agents' (agent id -> {observation, "
-                                  "action_mask, reward, prev_action, done})")
-        raise error from None
+        raise _refusal(str(exc), body) from None
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc}", expected=_EXPECTED,
                           received=f"{len(body)} bytes that do not parse") from None
@@ -109,3 +100,19 @@ def decode_agents_request(body: bytes) -> AgentsActRequest:
         raise InvalidJSON("request body has invalid UTF-8 or is nested too deeply", expected=_EXPECTED,
                           received=f"{len(body)} bytes") from None
     return req
+
+
+def _refusal(message: str, body: bytes) -> BadRequest:
+    """The 400 for a msgspec validation error (``msgspec_errors``); an unknown field is named
+    among the fields of the request or of an agent's step, where it was."""
+    name = unknown_field(message)
+    if name is None:
+        return explain(message, body, schema="the act request schema", enums={"outputs": EXTRA_NAMES})
+    nested = "- at `$.agents" in message
+    error = BadRequest(f"invalid request: unknown field {quoted(name)}", field=name,
+                       expected=f"one of {list((AgentStep if nested else AgentsActRequest).__struct_fields__)}",
+                       received=name)
+    if not nested:
+        error.message += ("; a policy set's act request carries 'agents' (agent id -> {observation, "
+                          "action_mask, reward, prev_action, done})")
+    return error

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, catalog_config, load_case, read_meta, select_cases
+from oracle import OracleCase, assert_close, cases_of_kind, catalog_config, load_case
 
 from conformance.heads import HEAD_KINDS, a2_keys, expected_graph_outputs
 from conformance.keys_checked import mark_fields, mark_io
@@ -33,10 +33,6 @@ from rlserve.models.rllib_import import load_rllib_weights
 from rlserve.models.spaces import space_from_json
 
 SOURCES = ("catalog", "onnx", "torchscript")
-
-
-def _names(kind: str) -> list[str]:
-    return select_cases(lambda name: read_meta(name)["kind"] == kind)
 
 
 def _case(name: str) -> OracleCase:
@@ -79,7 +75,7 @@ def _spec(case: OracleCase) -> ActionDistSpec:
 
 
 @pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("name", select_cases(lambda n: read_meta(n)["kind"] in HEAD_KINDS))
+@pytest.mark.parametrize("name", cases_of_kind(*HEAD_KINDS))
 def test_graph_outputs_match_rllib(name: str, source: str, tmp_path_factory) -> None:
     case = _case(name)
     out = _outputs(case, source, tmp_path_factory)
@@ -89,7 +85,7 @@ def test_graph_outputs_match_rllib(name: str, source: str, tmp_path_factory) -> 
     mark_io(case, "obs_flat")
 
 
-@pytest.mark.parametrize("name", select_cases(lambda n: read_meta(n)["kind"] in HEAD_KINDS))
+@pytest.mark.parametrize("name", cases_of_kind(*HEAD_KINDS))
 def test_catalog_describes_rllibs_model_and_dist(name: str) -> None:
     case = _case(name)
     meta = case.meta
@@ -119,7 +115,7 @@ def test_catalog_describes_rllibs_model_and_dist(name: str) -> None:
 
 
 @pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("name", _names("q_model"))
+@pytest.mark.parametrize("name", cases_of_kind("q_model"))
 def test_q_policy_acts_greedily_on_rllibs_q_values(name: str, source: str, tmp_path_factory) -> None:
     case = _case(name)
     out = _outputs(case, source, tmp_path_factory)
@@ -138,7 +134,7 @@ def _pair(case: OracleCase, prefix: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("name", _names("autoregressive"))
+@pytest.mark.parametrize("name", cases_of_kind("autoregressive"))
 def test_autoregressive_distribution_matches_rllib(name: str, source: str, tmp_path_factory) -> None:
     case = _case(name)
     io = case.io

@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from checkpoint_cases import CheckpointCase, case_ids, checkpoint_dir, load_checkpoint_case
+from checkpoint_cases import CheckpointCase, case_ids, checkpoint_dir, exported_checkpoint, load_checkpoint_case
 from gymnasium import spaces as gs
 
 from rlserve.models.distributions import ActionDistSpec, flatten_actions, unsquash_actions
 from rlserve.models.export.bundle import Bundle, load_bundle
-from rlserve.models.export.cli import export_main
 from rlserve.models.export.onnx import onnx_runner
 from rlserve.models.filters import filter_from_state
 from rlserve.models.preprocessors import get_preprocessor
@@ -47,11 +46,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
     cache: dict[str, Bundle] = {}
 
     def get(case: CheckpointCase) -> Bundle:
-        if case.id not in cache:
-            out = tmp_path_factory.mktemp(case.path.name) / "bundle"
-            rc = export_main([str(case.checkpoint), "--out", str(out), "--quiet"])
-            assert rc == 0, f"rlserve export {case.checkpoint} exited {rc}"
-            cache[case.id] = load_bundle(out)  # checksums verified
+        if case.id not in cache:  # rlserve export's main, once per run (the e2e tests serve the same)
+            cache[case.id] = load_bundle(exported_checkpoint(tmp_path_factory, case))  # checksums verified
         return cache[case.id]
 
     return get

@@ -25,6 +25,7 @@ from oracle import (
     load_case,
     oracle_dirs,
     oracle_dirs_text,
+    read_meta,
 )
 
 from conformance.keys_checked import (
@@ -78,6 +79,22 @@ def test_manifest_agrees_with_the_folders(root: Path) -> None:
         assert entry.get("model_class") == meta.get("model_class"), name
         assert entry.get("action_dist") == (meta.get("action_dist") or {}).get("class"), name
         assert entry.get("dist_errors", {}) == meta.get("dist_errors", {}), name
+
+
+# Where the cases of each kind come from (the shared folders, or this repository's own).
+_KIND_SOURCES = {"q_model": "../shared/oracle/fixtures-next", "autoregressive": "../shared/oracle/fixtures-next",
+                 **dict.fromkeys(("custom_recurrent", "trajectory_view", "batch_norm", "parametric_actions"),
+                                 "tests/fixtures/oracle")}
+
+
+@pytest.mark.parametrize("kind", KNOWN_KINDS)
+def test_every_known_kind_has_a_case(kind: str) -> None:
+    """A kind without a case would leave its tests nothing to compare (and let them skip):
+    the folders must hold at least one case of every kind the suite knows."""
+    kinds = {read_meta(name).get("kind") for name in case_names()}
+    assert kind in kinds, (
+        f"no oracle case of kind {kind!r} in {oracle_dirs_text()}; its cases live in "
+        f"{_KIND_SOURCES.get(kind, '../shared/oracle/fixtures')} (RLSERVE_ORACLE_DIR must name that folder too)")
 
 
 @pytest.mark.parametrize("name", _names())

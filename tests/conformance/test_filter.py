@@ -12,10 +12,9 @@ from oracle import (
     NO_CASES_PREFIX,
     OracleCase,
     assert_close,
+    cases_of_kind,
     load_case,
     oracle_dirs_text,
-    read_meta,
-    select_cases,
 )
 
 from conformance.keys_checked import mark_fields, mark_io
@@ -23,7 +22,7 @@ from rlserve.models.filters import MeanStdFilter
 
 
 def _filter_case_names() -> list[str]:
-    return select_cases(lambda name: read_meta(name)["kind"] == "filter")
+    return cases_of_kind("filter")
 
 
 @pytest.fixture(params=_filter_case_names())

@@ -17,9 +17,8 @@ import pytest
 import torch
 from oracle import (
     assert_close,
+    cases_of_kind,
     load_case,
-    read_meta,
-    select_cases,
 )
 
 from conformance.keys_checked import mark_fields, mark_io
@@ -36,7 +35,7 @@ RTOL, ATOL = 1e-5, 1e-5
 
 
 def _feedforward_cases() -> list[str]:
-    return select_cases(lambda name: read_meta(name)["kind"] in KINDS)
+    return cases_of_kind(*KINDS)
 
 
 @pytest.fixture(params=_feedforward_cases())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_names, load_case, oracle_dirs_text, read_meta
+from oracle import OracleCase, assert_close, cases_of_kind, load_case
 
 from conformance.keys_checked import mark_fields, mark_io
 from rlserve.models.catalog import build_model, describe_model
@@ -24,17 +24,8 @@ RECURRENT_KINDS = ("lstm", "attention", "custom_recurrent")
 ATOL = 1e-5
 
 
-def _case_names_of_kind(*kinds: str) -> list[str]:
-    """Cases selected by case.json ``kind`` (read without loading the arrays)."""
-    names = []
-    for name in case_names():
-        if read_meta(name).get("kind") in kinds:
-            names.append(name)
-    return names
-
-
-CASES = _case_names_of_kind(*RECURRENT_KINDS)
-LSTM_CASES = _case_names_of_kind("lstm")
+CASES = cases_of_kind(*RECURRENT_KINDS)
+LSTM_CASES = cases_of_kind("lstm")
 
 
 def _spaces(case: OracleCase):
@@ -76,20 +67,14 @@ def _newest_row(case: OracleCase, state: torch.Tensor) -> np.ndarray:
     return state.numpy()[:, -1] if case.kind == "attention" else state.numpy()
 
 
-def _load(name: str) -> OracleCase:
-    if name == "<none>":
-        pytest.skip(f"no cases of this kind in {oracle_dirs_text()}")
-    return load_case(name)
-
-
-@pytest.fixture(params=CASES or ["<none>"])
+@pytest.fixture(params=CASES)
 def case(request) -> OracleCase:
-    return _load(request.param)
+    return load_case(request.param)
 
 
-@pytest.fixture(params=LSTM_CASES or ["<none>"])
+@pytest.fixture(params=LSTM_CASES)
 def lstm_case(request) -> OracleCase:
-    return _load(request.param)
+    return load_case(request.param)
 
 
 def test_signature_matches_recorded_state(case):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_names, load_case, read_meta
+from oracle import OracleCase, assert_close, cases_of_kind, load_case
 
 from conformance.keys_checked import mark_io
 from rlserve.models.catalog import build_model
@@ -26,8 +26,7 @@ from rlserve.service.sessions.slabs import SessionSlabs
 
 
 def _recurrent_names() -> list[str]:
-    kinds = ("lstm", "attention", "custom_recurrent")
-    return [n for n in case_names() if read_meta(n)["kind"] in kinds]
+    return cases_of_kind("lstm", "attention", "custom_recurrent")
 
 
 @pytest.fixture(params=_recurrent_names())

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from oracle import OracleCase, assert_close, case_model, load_case, read_meta, select_cases
+from oracle import OracleCase, assert_close, case_model, cases_of_kind, load_case
 
 from conformance.keys_checked import mark_fields, mark_io
 from rlserve.models.catalog import describe_model
@@ -28,7 +28,7 @@ from rlserve.models.export.onnx import onnx_runner
 from rlserve.models.export.torchscript import torchscript_runner
 from rlserve.service.sessions.slabs import SessionSlabs
 
-CASES = select_cases(lambda name: read_meta(name)["kind"] == "trajectory_view")
+CASES = cases_of_kind("trajectory_view")
 ATOL = 1e-5
 
 

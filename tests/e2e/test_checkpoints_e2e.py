@@ -1,7 +1,8 @@
 """Real RLlib checkpoints served over HTTP answer as RLlib did.
 
 Every case of ``checkpoint_cases`` (RLSERVE_CHECKPOINT_DIR plus tests/fixtures/checkpoints)
-is exported with the real command line (``rlserve export CHECKPOINT --out``) into one
+is exported as ``rlserve export CHECKPOINT --out`` does (its main, once per run for this and
+conformance/test_checkpoints.py: ``checkpoint_cases.exported_checkpoint``) into one
 repository, served by a real ``rlserve serve`` process, and asked over HTTP:
 
 - the ~100 recorded observations, each from the initial state, deterministic: the model's
@@ -18,6 +19,7 @@ repository, served by a real ``rlserve serve`` process, and asked over HTTP:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,16 +27,19 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from checkpoint_cases import CheckpointCase, case_ids, checkpoint_dir, load_checkpoint_case
+from checkpoint_cases import (
+    CheckpointCase,
+    case_ids,
+    checkpoint_dir,
+    exported_checkpoint,
+    load_checkpoint_case,
+    model_name,
+)
 from server_process import ServerProcess, rlserve_command, running_server
 
 pytestmark = pytest.mark.e2e
 
 RTOL = ATOL = 1e-5
-
-
-def _model_name(case: CheckpointCase) -> str:
-    return case.id.replace("/", "-")
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +48,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     if not ids:
         pytest.fail(f"no checkpoint cases found: set RLSERVE_CHECKPOINT_DIR (looked in {checkpoint_dir()})")
     repo = tmp_path_factory.mktemp("repo")
-    for case_id in ids:
+    for case_id in ids:  # rlserve export's main, once per run (conformance/test_checkpoints.py checks the same)
         case = load_checkpoint_case(case_id)
-        out = repo / _model_name(case)
-        proc = subprocess.run([*rlserve_command(), "export", str(case.checkpoint), "--out", str(out),
-                               "--name", _model_name(case), "--quiet"], capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"rlserve export {case.checkpoint} failed:\n{proc.stdout}\n{proc.stderr}"
+        shutil.copytree(exported_checkpoint(tmp_path_factory, case), repo / model_name(case))
     with running_server(["--repository", str(repo)]) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
 
@@ -59,7 +61,7 @@ def _close(actual: Any, expected: Any, what: str) -> None:
 
 
 def _act(client: httpx.Client, case: CheckpointCase, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post(f"/v1/models/{_model_name(case)}/act", json=body)
+    response = client.post(f"/v1/models/{model_name(case)}/act", json=body)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -101,7 +103,7 @@ def _recurrent_ids() -> list[str]:
 def test_recurrent_episode_over_http_with_raw_previous_actions(server: httpx.Client, case_id: str) -> None:
     case = load_checkpoint_case(case_id)
     episode = case.reference["episode"]
-    session = f"replay-{_model_name(case)}"
+    session = f"replay-{model_name(case)}"
     for t, obs in enumerate(episode["obs"]):
         body: dict[str, Any] = {"observation": obs, "session_id": session, "explore": False,
                                 "outputs": ["raw_action", "value", "dist_inputs"]}

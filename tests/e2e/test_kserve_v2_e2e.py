@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,14 +20,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import svc_bundles
 import tritonclient.http as triton
 from server_process import running_server
 from tritonclient.utils import InferenceServerException
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "service"))
-
-import svc_bundles  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +31,9 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("kserve_v2_repo")
+    exported = svc_bundles.shared(tmp_path_factory, "mlp", "masked", "lstm")
     for name in ("mlp", "masked", "lstm"):
-        svc_bundles.export(name, root / name)
+        shutil.copytree(exported / name, root / name)
     return root
 
 
@@ -323,10 +320,16 @@ def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
 
 # --------------------------------------------------------------------------- one batch
 
+# A batch closes at RLSERVE_MAX_BATCH_SIZE rows or when its window ends: with 4 rows and a
+# window far longer than the test, a 3-row and a 1-row request share one batch whichever
+# comes first and however late the other is (the window only bounds a failure's wait).
+BATCH_OF_FOUR = {"RLSERVE_MAX_BATCH_SIZE": "4", "RLSERVE_MAX_BATCH_DELAY_MS": "20000"}
+
+
 def test_a_protocol_request_and_a_json_request_share_one_batch(repo):
-    """Both wire formats end in the same batcher: with a batching window, a tritonclient
-    request and a JSON request that arrive together run as one runtime call."""
-    with running_server(["--repository", str(repo)], env={"RLSERVE_MAX_BATCH_DELAY_MS": "500"}) as base:
+    """Both wire formats end in the same batcher: a tritonclient request and a JSON request
+    run as one runtime call."""
+    with running_server(["--repository", str(repo)], env=BATCH_OF_FOUR) as base:
         c = triton.InferenceServerClient(base.removeprefix("http://"))
         obs = np.random.default_rng(31).uniform(-1, 1, (3, 4)).astype(np.float32)
         shares_one_batch_with_a_json_request(base, lambda: c.infer("mlp", [tensor("obs", obs, True)]))
@@ -335,12 +338,16 @@ def test_a_protocol_request_and_a_json_request_share_one_batch(repo):
 
 def shares_one_batch_with_a_json_request(base: str, send: Callable[[], Any]) -> None:
     """``send()`` (a protocol request of 3 MLP rows, answered as tritonclient answers) and
-    a 1-row JSON act request, sent together to a server with a batching window, ran as one
-    runtime call."""
+    a 1-row JSON act request, sent together to a server batching 4 rows (``BATCH_OF_FOUR``),
+    ran as one runtime call: the JSON answer's batch and the server's batch metrics say so."""
     results: list = []
     thread = threading.Thread(target=lambda: results.append(send()))
     thread.start()
     answer = act(base, "mlp", {"observation": [0.1, 0.2, 0.3, 0.4], "debug": True})
-    thread.join(30)
+    thread.join(60)
     assert len(results) == 1 and results[0].as_numpy("action").shape == (3,)
     assert answer["debug"]["batch_requests"] == 2 and answer["debug"]["batch_rows"] == 4
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    for line in ('rlserve_batch_size_requests_count{model="mlp"} 1.0',
+                 'rlserve_batch_size_requests_sum{model="mlp"} 2.0', 'rlserve_batch_size_rows_sum{model="mlp"} 4.0'):
+        assert line in metrics, [m for m in metrics.splitlines() if m.startswith("rlserve_batch_size")]

@@ -24,7 +24,7 @@ import pytest
 import tritonclient.grpc as triton
 from grpc_calls import Stream, lstm_observations, refused, tensor, wanted
 from server_process import ServerProcess, free_port, rlserve_command, running_server
-from test_kserve_v2_e2e import MASKS, act, f32, shares_one_batch_with_a_json_request
+from test_kserve_v2_e2e import BATCH_OF_FOUR, MASKS, act, f32, shares_one_batch_with_a_json_request
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -323,8 +323,7 @@ def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
 
 def test_a_grpc_request_and_a_json_request_share_one_batch(repo):  # noqa: F811
     port = free_port()
-    with running_server(["--repository", str(repo), "--grpc-port", str(port)],
-                        env={"RLSERVE_MAX_BATCH_DELAY_MS": "500"}) as base:
+    with running_server(["--repository", str(repo), "--grpc-port", str(port)], env=BATCH_OF_FOUR) as base:
         c = triton.InferenceServerClient(f"127.0.0.1:{port}")
         obs = np.random.default_rng(51).uniform(-1, 1, (3, 4)).astype(np.float32)
         shares_one_batch_with_a_json_request(base, lambda: c.infer("mlp", [tensor("obs", obs)]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,12 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import svc_bundles
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "service"))
-
-import svc_bundles  # noqa: E402
-
 pytestmark = pytest.mark.e2e
 OBS = [0.1, -0.2, 0.3, 0.05]
 
@@ -47,8 +45,9 @@ def _wait_ready(base: str, proc: subprocess.Popen, timeout: float = 120.0) -> No
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("e2e_repo")
-    svc_bundles.export("mlp", repo / "mlp")
-    svc_bundles.export("lstm", repo / "lstm")
+    exported = svc_bundles.shared(tmp_path_factory, "mlp", "lstm")
+    for name in ("mlp", "lstm"):
+        shutil.copytree(exported / name, repo / name)
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RLSERVE_MAX_BATCH_DELAY_MS": "1"}
     log = repo / "server.log"  # a file, not a pipe: a full pipe would block the server

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+import svc_bundles
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import svc_bundles  # noqa: E402
-
-from rlserve.service.app import create_app  # noqa: E402
-from rlserve.service.settings import Settings  # noqa: E402
+from rlserve.service.app import create_app
+from rlserve.service.settings import Settings
 
 
 @pytest.fixture(scope="session")
 def bundle_store(tmp_path_factory) -> Path:
-    """Every bundle of ``svc_bundles.SPECS``, exported once (torch at build time only)."""
-    root = tmp_path_factory.mktemp("bundles")
-    for name in svc_bundles.SPECS:
-        svc_bundles.export(name, root / name)
-    return root
+    """Every bundle of ``svc_bundles.SPECS``, exported once per run (torch at build time only;
+    ``svc_bundles.shared``). Read only: tests copy what they change (``make_repo``)."""
+    return svc_bundles.shared(tmp_path_factory)
 
 
 @pytest.fixture

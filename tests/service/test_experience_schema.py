@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from gymnasium import spaces as gs
 
-from rlserve.service.experience import episodes, tables
+from rlserve.service.experience import episode_state, tables
 from rlserve.service.experience.records import TERMINATED, ModelLog, Transition
 from rlserve.service.experience.trail import Trail
 
@@ -120,4 +120,4 @@ def test_the_episodes_form_holds_get_state_as_rllibs_reader_decodes_it() -> None
 
 def test_an_array_of_python_objects_is_never_written() -> None:
     with pytest.raises(TypeError, match="pickle"):
-        episodes._encode_array(np.array([{"a": 1}], dtype=object))
+        episode_state._encode_array(np.array([{"a": 1}], dtype=object))

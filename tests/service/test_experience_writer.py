@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from gymnasium import spaces as gs
 
 from rlserve.service.experience import files, reader
-from rlserve.service.experience.records import TERMINATED, ModelLog, RewardEvent, Transition
+from rlserve.service.experience.records import TERMINATED, ModelLog, RewardEvent, Transition, row_bytes
 from rlserve.service.experience.trail import Trail
 from rlserve.service.experience.writer import ExperienceWriter
 
@@ -84,6 +84,29 @@ def test_a_time_roll_cuts_open_episodes_into_segments_that_join(tmp_path):
     assert np.array_equal(np.asarray(joined.observations), _obs("long", 10))
 
 
+def test_a_size_roll_cuts_an_open_episode_without_waiting_for_time_or_its_end(tmp_path):
+    """``roll_bytes`` waiting write the rows and the open part of an episode as a segment,
+    with no time roll, flush or ended episode to wait for; fewer bytes wait."""
+    model = _model(tmp_path)
+    writer = ExperienceWriter(tmp_path, roll_bytes=5 * row_bytes(model), roll_s=3600.0, flush_s=3600.0)
+    episode = _episode("big", 9)
+    try:
+        writer.offer(model, episode[:3])  # under the size: they wait
+        _wait(lambda: writer.queued_rows() == 0)
+        time.sleep(0.2)  # a few of the thread's turns: nothing is due
+        assert not _files(tmp_path, "columns")
+        writer.offer(model, episode[3:5])  # 5 rows: the size is reached
+        _wait(lambda: _files(tmp_path, "episodes"))
+        assert pq.read_table(_files(tmp_path, "columns")[0]).num_rows == 5
+        writer.offer(model, episode[5:])  # the rest, ended: written at shutdown (flush_s is an hour)
+    finally:
+        writer.close()
+    segments = pq.ParquetDataset(tmp_path / "cartpole" / "episodes").read()
+    assert sorted(segments.column("t_started").to_pylist()) == [0, 5]
+    [joined] = reader.episodes(tmp_path, "cartpole")
+    assert joined.whole and joined.segments == 2 and len(joined) == 9
+
+
 def test_steps_written_elsewhere_split_a_segment_and_the_reader_rejoins_them(tmp_path):
     """One replica serves steps 0-2 and 6-8, another 3-5: each writes what it closed."""
     here, there = ExperienceWriter(tmp_path), ExperienceWriter(tmp_path)
@@ -113,10 +136,10 @@ def test_a_full_queue_drops_and_counts_rows_without_blocking(tmp_path):
         assert writer.offer(model, _episode("first", 2))
         _wait(lambda: writer.queued_rows() == 0)  # the thread took it and is stuck writing
         assert writer.offer(model, _episode("b", 6))
-        started = time.perf_counter()
-        assert not writer.offer(model, _episode("c", 6))  # 12 > 10 rows queued: dropped at once
-        assert time.perf_counter() - started < 1.0  # not the 10 s the stuck writer would take
-        assert writer.dropped == {"queue_full": 6}
+        assert not writer.offer(model, _episode("c", 6))  # 12 > 10 rows queued: dropped
+        # ... at once: the stuck write has not finished (an offer that waited for room would
+        # have returned only after it wrote "first").
+        assert writer.dropped == {"queue_full": 6} and not _files(tmp_path, "episodes")
     finally:
         release.set()
         writer.close()
@@ -171,7 +194,6 @@ def test_the_writer_thread_imports_nothing_after_start(tmp_path):
     code = f"""
 import sys
 from pathlib import Path
-sys.path.insert(0, {str(Path(__file__).parent)!r})
 from rlserve.service.experience.log import ExperienceLog
 from test_experience_writer import _episode, _model
 log = ExperienceLog(Path({str(tmp_path)!r}))
@@ -180,7 +202,9 @@ log.writer.offer(_model(Path({str(tmp_path)!r})), _episode("a", 5))
 log.close()
 print(sorted(set(sys.modules) - before))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # python -c puts its working directory on sys.path: this folder, for this module's helpers.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert _files(tmp_path, "columns") and _files(tmp_path, "episodes")

@@ -8,8 +8,6 @@ values ``codec.encode_batch`` writes as JSON. Refusals name the field and the ro
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,23 +15,20 @@ import pytest
 from gymnasium import spaces as gs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from unit import space_catalog
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-import space_catalog  # noqa: E402
-
-from rlserve.models.distributions.actions import actions_from_json  # noqa: E402
-from rlserve.models.distributions.structure import (  # noqa: E402
+from rlserve.models.distributions.actions import actions_from_json
+from rlserve.models.distributions.structure import (
     flatten_leaves,
     leaf_paths,
     leaf_spaces,
     path_str,
     unflatten_leaves,
 )
-from rlserve.models.preprocessors import get_preprocessor  # noqa: E402
-from rlserve.models.spaces import Repeated  # noqa: E402
-from rlserve.service.errors import InvalidInput  # noqa: E402
-from rlserve.service.step import codec, columns  # noqa: E402
+from rlserve.models.preprocessors import get_preprocessor
+from rlserve.models.spaces import Repeated
+from rlserve.service.errors import InvalidInput
+from rlserve.service.step import codec, columns
 
 
 def _no_repeated(space: gs.Space) -> bool:

@@ -44,7 +44,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/export/from_rlmodule.py", "rlserve.models.rlmodules.catalog"): _TORCH,
     ("models/export/set_cli.py", "rlserve.models.rllib_import"): _TORCH,
     ("models/export/set_cli.py", "rlserve.models.rlmodules.catalog"): _TORCH,
-    ("service/act/binary.py", "rlserve.service.act.wire"): "opened on branch debts",
     ("service/app.py", "rlserve.service.protocols.kserve_v2.grpc_server"):
         "imports grpcio and protobuf at its top (the [grpc] extra): loaded only when RLSERVE_GRPC_PORT is set",
     ("service/experience/cli.py", "rlserve.service.experience.reader"): _PYARROW,

@@ -15,19 +15,17 @@ import hashlib
 import importlib.metadata
 import logging
 import re
-import tomllib
 from pathlib import Path
 
 import uvicorn.protocols.http.flow_control as flow_control
 import uvicorn.protocols.http.httptools_impl as httptools_impl
-from packaging.requirements import Requirement
-from packaging.version import Version
 from uvicorn.server import ServerState
 
 from rlserve.service.act import protocol as act_protocol
 from rlserve.service.act.asgi import RawActHandler
 
-REPO = Path(__file__).resolve().parents[2]
+from .checked_ranges import assert_bounded_and_installed
+
 # sha256 of the uvicorn modules ActProtocol reaches into, in the releases it was checked
 # against (uvicorn 0.53.0 and 0.54.0 ship the same bytes; 0.52.4's httptools_impl differs).
 CHECKED_SOURCES = {
@@ -42,20 +40,8 @@ HOW_TO_UPGRADE = (
 )
 
 
-def _declared_uvicorn() -> Requirement:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    reqs = [Requirement(r) for r in project["dependencies"]]
-    (uvicorn_req,) = [r for r in reqs if r.name == "uvicorn"]
-    return uvicorn_req
-
-
 def test_the_declared_uvicorn_range_is_bounded_above_and_admits_the_installed_one():
-    spec = _declared_uvicorn().specifier
-    assert any(s.operator in ("<", "<=", "==", "~=") for s in spec), f"uvicorn{spec} has no upper bound"
-    installed = Version(importlib.metadata.version("uvicorn"))
-    assert spec.contains(installed), (
-        f"uvicorn {installed} is installed, pyproject declares uvicorn{spec}. {HOW_TO_UPGRADE}"
-    )
+    assert_bounded_and_installed("uvicorn", HOW_TO_UPGRADE)
 
 
 def test_the_uvicorn_sources_are_the_ones_checked():

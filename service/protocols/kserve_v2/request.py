@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from rlserve.service.act.wire import MAX_SEED, unknown_field
+from rlserve.service.act.msgspec_errors import unknown_field
+from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.errors import BadRequest, quoted
 from rlserve.service.protocols.kserve_v2.wire import INFER_DECODER, InferRequest, Parameter
 from rlserve.service.step.received import non_finite_token

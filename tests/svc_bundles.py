@@ -1,7 +1,8 @@
 """Small, seeded bundles for the service tests, built with the real catalog and exporter.
 
 Tests may use torch to *build* bundles; serving them must not need it (see
-``test_svc_torch_free.py``). Every builder returns the bundle directory.
+``test_svc_torch_free.py``). Every builder returns the bundle directory; ``shared`` exports
+each bundle once per test run, for every xdist worker.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def export(name: str, out_dir: Path, version: str = "1", seed: int = 0) -> Path:
     export_bundle(model, obs_space=spec["obs"], action_space=spec["act"], model_config=spec["config"],
                   out_dir=out_dir, name=name, version=version, formats=spec.get("formats", ["onnx"]))
     return out_dir
+
+
+def shared(tmp_path_factory: Any, *names: str) -> Path:
+    """A folder holding the bundles ``names`` (default: all of ``SPECS``), each exported once
+    per test run for all its xdist workers (``run_cache``). Read only: copy a bundle to change it."""
+    from run_cache import shared_folder
+
+    for name in names or SPECS:
+        folder = shared_folder(tmp_path_factory, f"svc-bundles/{name}", lambda out, name=name: export(name, out))
+    return folder.parent
 
 
 def copy_as_version(src: Path, dst: Path, version: str) -> Path:

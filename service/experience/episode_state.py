@@ -26,7 +26,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]  # ships no type information
 import numpy as np
 
-from rlserve.service.experience import spaces
+from rlserve.service.experience import space_columns
 from rlserve.service.experience.records import TERMINATED, TRUNCATED, Fields, ModelLog, Transition
 
 _NO_INFO: dict[str, Any] = {}  # one object for every step's info: nothing new for the collector
@@ -49,13 +49,13 @@ def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
         "agent_id": f.agent_id[0],
         "module_id": f.module_id[0],
         "multi_agent_episode_id": None,
-        "observations": _buffer(spaces.stack(obs_space, [*f.obs, f.next_obs[-1]])),
-        "actions": _buffer(spaces.stack(action_space, f.action)),
+        "observations": _buffer(space_columns.stack(obs_space, [*f.obs, f.next_obs[-1]])),
+        "actions": _buffer(space_columns.stack(action_space, f.action)),
         "rewards": _buffer(np.array(f.reward, np.float32)),
         "infos": _buffer([_NO_INFO] * (n + 1)),
         "extra_model_outputs": {
             "action_logp": _buffer(np.array(f.logp, np.float32)),
-            "actions_for_env": _buffer(spaces.stack(action_space, f.env_action)),
+            "actions_for_env": _buffer(space_columns.stack(action_space, f.env_action)),
         },
         "is_terminated": last == TERMINATED,
         "is_truncated": last == TRUNCATED,
