@@ -7,8 +7,8 @@ changing anything; ``SessionLifecycle`` adds every change, over the same per-ver
   (``inflight``: never evicted or expired while the request queues); its ``Bound.release``:
   the request's batch is over, its sessions touched and unpinned (in the store that held
   them when they were bound, whatever was loaded since);
-- ``end`` (on the act path: a protocol's ``sequence_end``, a policy set's finishing agent),
-  and from the routes ``open`` (with the "already exists" check), ``close``, ``export``,
+- ending on the act path: ``Bound.end`` (a protocol's ``sequence_end``) and ``end_id`` (a
+  policy set's finishing agent); from the routes ``open`` (with the "already exists" check), ``close``, ``export``,
   ``import_record`` (refused while a request is in flight; the id forgotten in every other
   version first), ``layout`` and ``idle_s`` to describe a session;
 - ``sweep_idle``: the background sweep of idle sessions, every version;
@@ -94,20 +94,14 @@ class SessionLifecycle(SessionResolver):
                 held.inflight += 1
         return bound
 
-    def end(self, session: Session) -> None:
-        """End a live session on the act path (it was just served: held here)."""
-        if not session.ended:
-            store = self.stores.get(session.version)
-            if store is not None:
-                store.end(session.id)
-
     def end_id(self, session_id: str) -> None:
         """End session ``session_id`` if it is still here (already gone, or not held here: nothing to do)."""
         try:
-            session = self.find(session_id)
+            session = self.find(session_id)  # on a loaded version's store, if found
         except (ServiceError, SessionMiss):
             return
-        self.end(session)
+        if not session.ended:
+            self.stores[session.version].end(session.id)
 
     def sweep_idle(self) -> int:
         """End the sessions idle past their time in every version (lookups also do, lazily)."""
@@ -142,7 +136,7 @@ class SessionLifecycle(SessionResolver):
         have stepped it since this one read it); in-process, None: the session is the truth."""
         if self.remote is None:
             return None
-        return self.stores[session.version].layout.decode(await self.export(session))
+        return self.layout(session.version).decode(await self.export(session))
 
     def layout(self, version: str) -> SessionLayout:
         return self.stores[version].layout
