@@ -45,7 +45,6 @@ from rlserve.service.serving.registry import ModelEntry, ModelRegistry
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.sessions.lifecycle import Bound, SessionLifecycle
 from rlserve.service.sessions.resolver import Binding
-from rlserve.service.sessions.store import Session
 from rlserve.service.step import codec
 from rlserve.service.step.kept import KeptAnswer
 from rlserve.service.step.output import StepOutput
@@ -78,7 +77,6 @@ class Accepted:
     clip: bool
     debug: bool
     step: Step
-    sessions: list[Session | None]
     job: Job
     bound: Bound | None = None  # the sessions the request bound (None: it names none)
 
@@ -291,7 +289,7 @@ class ActService:
         if not policy.pipeline.bounds_apply:  # no float Box action: both would return the actions as they are
             unsquash = clip = False
         step.unsquash, step.clip = unsquash, clip  # the experience log records the answered action
-        return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step, sessions,
+        return Accepted(started, name, policy, rows.single, unsquash, clip, options.debug, step,
                         Job(step, step.rows, keys), bound)
 
     def _finish(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> bytes:
