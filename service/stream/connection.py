@@ -84,8 +84,10 @@ class StreamConnection:
     async def run(self, receive: Any) -> None:
         writer = asyncio.get_running_loop().create_task(self._write())
         try:
-            while not writer.done():
+            while True:
                 await self.room.acquire()
+                if writer.done():  # the socket failed or closed: nothing more is sent
+                    break
                 message = await receive()
                 if message["type"] != "websocket.receive":  # websocket.disconnect: the client left
                     writer.cancel()
@@ -97,7 +99,7 @@ class StreamConnection:
                     closing = await self._take(frames.BINARY, message.get("bytes") or b"")
                 if closing:
                     break
-            await writer
+            await asyncio.wait([writer])  # what is queued is sent (or the client is gone)
         except asyncio.CancelledError:
             writer.cancel()
             raise
@@ -196,17 +198,22 @@ class StreamConnection:
     async def _write(self) -> None:
         """Send the outbox in order; a close code or an ``end`` is the last thing sent."""
         send, outbox, room = self.send, self.outbox, self.room
-        while True:
-            item = await outbox.get()
-            if isinstance(item, int):
-                await send({"type": "websocket.close", "code": item})
-                return
-            if isinstance(item, _Ending):
-                await send(await self._end(item))
-                await send({"type": "websocket.close", "code": CLOSE_END})
-                return
-            await send(await item)
-            room.release()
+        try:
+            while True:
+                item = await outbox.get()
+                if isinstance(item, int):
+                    await send({"type": "websocket.close", "code": item})
+                    return
+                if isinstance(item, _Ending):
+                    await send(await self._end(item))
+                    await send({"type": "websocket.close", "code": CLOSE_END})
+                    return
+                await send(await item)
+                room.release()
+        except OSError:  # the client is gone (uvicorn's ClientDisconnected): the reader sees it too
+            return
+        finally:
+            room.release()  # a reader waiting for room wakes, sees the writer done, and stops
 
     async def _end(self, ending: _Ending) -> dict[str, Any]:
         """End the session (every step before it was answered): the answer to ``end``."""

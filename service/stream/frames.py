@@ -13,6 +13,7 @@ the model) is the act path's to refuse.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Annotated, Any
@@ -127,8 +128,8 @@ def _ndarray(obj: dict[Any, Any]) -> Any:
                          expected=f"up to {MAX_DIMS} non-negative integers", received=str(shape)[:80])
     expected = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
     if expected != len(data):
-        raise Unreadable(f"an array of shape {list(shape)} and dtype {dtype.str} holds {expected} bytes",
-                         field="data", expected=expected, received=len(data))
+        raise Unreadable(f"an array of shape {list(shape)[:8]} and dtype {dtype.str} holds {expected} bytes",
+                         field="data", expected=f"{expected} bytes", received=len(data))
     return np.frombuffer(data, dtype).reshape(shape)
 
 
@@ -159,7 +160,11 @@ def frame(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """The ASGI send message of ``payload`` in frame kind ``kind``."""
     if kind == TEXT:
         return {"type": "websocket.send", "text": _JSON_ENCODE(payload).decode()}
-    return {"type": "websocket.send", "bytes": _MSGPACK_ENCODE(payload)}
+    try:
+        return {"type": "websocket.send", "bytes": _MSGPACK_ENCODE(payload)}
+    except OverflowError:  # an error echoing an integer past 64 bits, which msgpack cannot hold: as text
+        text = json.loads(_JSON_ENCODE(payload), parse_int=lambda digits: int(digits) if len(digits) < 19 else digits)
+        return {"type": "websocket.send", "bytes": _MSGPACK_ENCODE(text)}
 
 
 def answer(kind: str, response: msgspec.Struct, tag: str | int | None) -> dict[str, Any]:

@@ -237,3 +237,56 @@ def test_the_gym_runner_plays_the_same_episodes_over_streams(url):
         streamed = run_episodes(client, env, episodes=2, parallel=2, max_steps=12, seed=5, stream=True)
     assert (streamed.returns, streamed.lengths) == (http.returns, http.lengths)
     assert streamed.lengths[0] > 0
+
+
+def _fuzz_frame(rng: np.random.Generator) -> str | bytes:
+    """One malformed, oversized or odd frame."""
+    pick = int(rng.integers(9))
+    if pick == 0:
+        return rng.bytes(int(rng.integers(0, 300)))  # random bytes as msgpack
+    if pick == 1:
+        return "".join(chr(int(c)) for c in rng.integers(32, 0x2FFF, size=int(rng.integers(0, 200))))
+    if pick == 2:
+        return "[" * int(rng.integers(100, 5000))  # deep, unclosed nesting
+    if pick == 3:
+        return json.dumps({"observation": [float(rng.normal()) for _ in range(int(rng.integers(0, 5)))],
+                           "tag": int(rng.integers(1 << 40)), "reward": float(rng.normal())})
+    if pick == 4:  # arrays whose declared shape, dtype and bytes disagree
+        shape = [int(n) for n in rng.integers(-2, 1 << 31, size=int(rng.integers(0, 4)))]
+        dtype = str(rng.choice(["<f4", "<f8", ">f4", "|O", "<U4", "|b1", "nope", "<i8"]))
+        return msgpack.packb({"observation": {"__ndarray__": True, "data": rng.bytes(int(rng.integers(0, 64))),
+                                              "dtype": dtype, "shape": shape}})
+    if pick == 5:
+        return json.dumps({"observation": "x" * int(rng.integers(0, 1000)), "action_mask": {"a": [1]}})
+    if pick == 6:
+        return json.dumps({"observation": [0.0, 0.1], "prev_action": 99, "step": int(rng.integers(0, 5))})
+    if pick == 7:
+        return b"\x81\xabobservation" + bytes([0xDD]) + b"\xff\xff\xff\xff"  # an array claiming 4G entries
+    return "x" * (MAX_BYTES + int(rng.integers(1, 100)))  # oversized
+
+
+def test_a_fuzzer_of_frames_never_breaks_the_server(server, url):
+    seed = time.time_ns() % (1 << 32)
+    print(f"stream fuzzer seed {seed}")  # a failure reruns with rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)
+    with Stream(url, MODEL, seed=3) as bystander:  # another connection, open the whole time
+        bystander.step([0.0, 0.1])
+        ws = _ws(url)
+        try:
+            for _ in range(150):
+                try:
+                    ws.send(_fuzz_frame(rng))
+                    answer = ws.recv(timeout=10)
+                except ConnectionClosed as closed:
+                    assert closed.rcvd is not None and closed.rcvd.code in (1008, 1009), (seed, closed)
+                    ws.close()
+                    ws = _ws(url)
+                    continue
+                payload = msgpack.unpackb(answer) if isinstance(answer, bytes) else json.loads(answer)
+                assert payload.get("status", 200) < 500, (seed, payload)
+        finally:
+            ws.close()
+        assert bystander.step([0.0, 0.2], reward=1.0).action in (0, 1)
+    with PolicyClient(url, MODEL) as client:
+        assert client.act([0.0, 0.1]).action in (0, 1)
+    assert "Traceback" not in server.output(), (seed, server.output())  # nothing raised inside the server
