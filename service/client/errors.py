@@ -45,6 +45,7 @@ class RLServeError(Exception):
 
     status: int = 0
     code: str = "error"
+    tag: str | int | None = None  # a stream's error frame: the tag of the message it refused
 
     def __init__(self, message: str, *, status: int = 0, code: str | None = None,
                  field: str | None = None, expected: Any = None, received: Any = None,

@@ -107,7 +107,7 @@ class _Frames:
         data = msgpack.unpackb(frame) if isinstance(frame, bytes) else json.loads(frame)
         if "error" in data:
             error = error_from_payload(data, data.get("status", 0))
-            error.tag = data.get("tag")  # type: ignore[attr-defined]
+            error.tag = data.get("tag")
             raise error
         return data
 
