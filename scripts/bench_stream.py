@@ -197,8 +197,8 @@ def main() -> None:
                 print(f"c={c:<3} {transport:<6} {m['steps_s']:9.0f} steps/s  p50 {m['p50_ms']:7.3f} ms  "
                       f"p99 {m['p99_ms']:7.3f} ms  server CPU {m['cpu_us']:6.1f} us/step", flush=True)
             h, s = median["http"], median["stream"]
-            print(f"c={c:<3} stream/http: p50 {s['p50_ms'] / h['p50_ms']:.2f}x  CPU/step {s['cpu_us'] / h['cpu_us']:.2f}x"
-                  f"  steps/s {s['steps_s'] / h['steps_s']:.2f}x", flush=True)
+            print(f"c={c:<3} stream/http: p50 {s['p50_ms'] / h['p50_ms']:.2f}x  "
+                  f"CPU/step {s['cpu_us'] / h['cpu_us']:.2f}x  steps/s {s['steps_s'] / h['steps_s']:.2f}x", flush=True)
     finally:
         stop(proc)
     print(machine())
