@@ -178,9 +178,11 @@ class Stream:
         self._ws.close()
 
     def __enter__(self) -> Stream:
+        """The stream itself; leaving the ``with`` block closes the socket."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the socket (the session stays)."""
         self.close()
 
 
@@ -189,6 +191,7 @@ class AsyncStream:
 
     def __init__(self, base_url: str, model: str, *, binary: bool = False, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, **options: Any):
+        """A stream of ``model``, opened by ``open()`` or ``async with``; options as ``Stream``'s."""
         self.url = stream_url(base_url, model, **options)
         self._frames = _Frames(binary)
         self._frames.session_id = options.get("session_id")
@@ -198,9 +201,11 @@ class AsyncStream:
 
     @property
     def session_id(self) -> str | None:
+        """The session's id (known after the first answer, or given to resume it)."""
         return self._frames.session_id
 
     async def open(self) -> AsyncStream:
+        """Connect (the upgrade's refusal raises its ``RLServeError``); returns the stream."""
         try:
             self._ws = await async_connect(self.url, open_timeout=self._timeout, max_size=None, compression=None,
                                            additional_headers=self._headers)
@@ -216,27 +221,34 @@ class AsyncStream:
     async def send(self, observation: Any, *, reward: float | None = None, terminated: bool = False,
                    truncated: bool = False, action_mask: Any = None, prev_action: Any = _UNSET,
                    tag: str | int | None = None, step: int | None = None) -> None:
+        """Send one step without waiting for its answer (``receive`` reads the answers in order)."""
         await self._socket().send(self._frames.message(observation, reward, terminated, truncated, action_mask,
                                                        prev_action, tag, step))
 
     async def receive(self) -> ActResult:
+        """The next answer; raises the ``RLServeError`` of an error frame."""
         return self._frames.result(await self._socket().recv())
 
     async def step(self, observation: Any, **fields: Any) -> ActResult:
+        """One step: ``send`` then ``receive``."""
         await self.send(observation, **fields)
         return await self.receive()
 
     async def end(self) -> None:
+        """End the session now (the server closes the stream once it is ended)."""
         await self._socket().send(self._frames.encode({"end": True}))
         self._frames.read(await self._socket().recv())
         await self.close()
 
     async def close(self) -> None:
+        """Close the socket; the session stays until it expires (or is resumed by id)."""
         if self._ws is not None:
             await self._ws.close()
 
     async def __aenter__(self) -> AsyncStream:
+        """The stream, opened."""
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
+        """Close the socket (the session stays)."""
         await self.close()
