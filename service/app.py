@@ -61,6 +61,8 @@ from rlserve.service.serving.registry import ModelRegistry
 from rlserve.service.serving.repository import poll_repository
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
+from rlserve.service.stream.connection import StreamLimits
+from rlserve.service.stream.route import StreamRoute
 
 log = logging.getLogger("rlserve.app")
 
@@ -73,6 +75,7 @@ class RLServeApp(FastAPI):
     and the access log around both when it is on."""
 
     raw_act: RawActHandler | None = None
+    stream: StreamRoute | None = None  # the WebSocket streams' upgrades
     logged: Any = None  # ``_dispatch`` inside the access log (None: the log is off)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -82,6 +85,11 @@ class RLServeApp(FastAPI):
             await self._dispatch(scope, receive, send)
 
     async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and self.stream is not None:
+            found = self.stream.match(scope)
+            if found is not None:
+                await self.stream(scope, receive, send, found)
+                return
         handler = self.raw_act
         if handler is not None:
             match = handler.match(scope)
@@ -133,6 +141,8 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
+    app.stream = StreamRoute(service, metrics, access_log, settings.stream_max_connections, StreamLimits(
+        settings.stream_max_inflight, settings.stream_max_unreadable, settings.max_body_bytes))
     for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
                    agents.router, docs_page.router, experience.router):
         app.include_router(router)

@@ -83,8 +83,12 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None, *, ann
         from rlserve.service.act.protocol import act_protocol_class
 
         http = act_protocol_class(app.raw_act, app.state.access_log) or "auto"
+    # Streams: websockets' sans-I/O protocol (it stops reading a socket whose messages the app
+    # has not received: the stream's backpressure), a message held to the body limit (larger:
+    # close 1009), no per-message compression (CPU per step; docs/api.md "Streams").
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            access_log=False, workers=1, lifespan="on", http=http)
+                            access_log=False, workers=1, lifespan="on", http=http, ws="websockets-sansio",
+                            ws_max_size=settings.max_body_bytes, ws_per_message_deflate=False)
     bound_log_lines("uvicorn", "uvicorn.error", "uvicorn.access")  # the handlers uvicorn.Config installed
     server = _draining_server(uvicorn.Server)(config, app, settings.shutdown_drain_s, announce)
     if sockets is None:

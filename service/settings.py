@@ -148,6 +148,13 @@ class Settings(BaseSettings):
     # With fast_act_path, `rlserve serve` answers /act inside uvicorn's HTTP protocol,
     # without an ASGI task per request (service/act_protocol.py); False keeps it on ASGI.
     act_protocol: bool = True
+    # Streams (WebSocket, /v1/models/{name}/stream; docs/api.md "Streams"): the open streams
+    # one process serves (0: upgrades refused), the unanswered steps one stream may have
+    # (past that the server stops reading it), and the unreadable messages after which a
+    # stream is closed (1008). A message is held to max_body_bytes like a body.
+    stream_max_connections: int = Field(1024, ge=0)
+    stream_max_inflight: int = Field(16, ge=1, le=4096)
+    stream_max_unreadable: int = Field(8, ge=1)
     log_level: LogLevel = "info"
     # One line per request (service/access_log.py): refused (default) logs the answers with
     # a status >= 400 only, all every answer, off none; the format is text or JSON lines.

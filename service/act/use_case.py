@@ -155,6 +155,12 @@ class ActService:
             return
         self.submit_nowait(accepted, self._finish, reply)
 
+    def accept(self, name: str, version: str | None, req: ActRequest, started: float) -> Accepted:
+        """A decoded act request validated and bound, ready for ``submit_nowait``: for a
+        transport that builds the request itself (a stream's step). Raises ``SessionMiss``
+        like ``accept_rows``."""
+        return self._accept(name, version, to_rows(req, self.max_rows), req, started)
+
     # ------------------------------------------------------------------ other wire formats
 
     def block_expect(self, name: str, version: str | None) -> Expect:
@@ -293,12 +299,15 @@ class ActService:
                         Job(step, step.rows, keys), bound)
 
     def _finish(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> bytes:
-        if isinstance(output, KeptAnswer):  # a retried step, answered before
-            payload = replay.kept_response(accepted.policy, accepted.step, accepted.unsquash, accepted.clip, output)
-        else:
-            payload = self._response(accepted, output, info)
+        payload = self.answer(accepted, output, info)
         self.observe_latency(accepted, "act")
         return _ENCODER.encode(payload)
+
+    def answer(self, accepted: Accepted, output: StepOutput | KeptAnswer, info: BatchInfo) -> ActResponse:
+        """A request's rows of its batch as the act answer (a retried step's kept answer)."""
+        if isinstance(output, KeptAnswer):  # a retried step, answered before
+            return replay.kept_response(accepted.policy, accepted.step, accepted.unsquash, accepted.clip, output)
+        return self._response(accepted, output, info)
 
     finish = _finish  # the act answer's encoder, for act bodies decoded elsewhere (``act.raw``)
 

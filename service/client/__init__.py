@@ -1,7 +1,7 @@
 """The rlserve client side: an HTTP client for policies, a gymnasium runner and the demo.
 
 Imports nothing of the server (a test checks it), so an environment process needs only
-httpx (and gymnasium for the runner, ``rlserve.client.gym_runner``). docs/client.md shows
+httpx and websockets (and gymnasium for the runner, ``rlserve.client.gym_runner``). docs/client.md shows
 how to use it.
 """
 
@@ -21,12 +21,14 @@ from rlserve.client.errors import (
     SessionNotFoundError,
 )
 from rlserve.client.policy_client import AsyncPolicyClient, PolicyClient
+from rlserve.client.stream import AsyncStream, Stream
 from rlserve.client.wire import ActResult
 
 __all__ = [
     "ActResult",
     "AllActionsMaskedError",
     "AsyncPolicyClient",
+    "AsyncStream",
     "AuthError",
     "BadRequestError",
     "ConflictError",
@@ -40,4 +42,5 @@ __all__ = [
     "ServerError",
     "SessionExpiredError",
     "SessionNotFoundError",
+    "Stream",
 ]

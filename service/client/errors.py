@@ -29,6 +29,7 @@ __all__ = [
     "ServerError",
     "SessionExpiredError",
     "SessionNotFoundError",
+    "error_from_payload",
     "error_from_response",
 ]
 
@@ -44,6 +45,7 @@ class RLServeError(Exception):
 
     status: int = 0
     code: str = "error"
+    tag: str | int | None = None  # a stream's error frame: the tag of the message it refused
 
     def __init__(self, message: str, *, status: int = 0, code: str | None = None,
                  field: str | None = None, expected: Any = None, received: Any = None,
@@ -154,20 +156,33 @@ _BY_STATUS: dict[int, type[RLServeError]] = {
 def error_from_response(response: httpx.Response) -> RLServeError:
     """The typed error for a non-2xx answer (by its ``code``, else its HTTP status)."""
     try:
-        body = response.json().get("error", {})
-    except (ValueError, AttributeError):
-        body = {}
-    code = body.get("code") or f"http_{response.status_code}"
-    cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code)
-    if cls is None:
-        cls = ServerError if response.status_code >= 500 else RLServeError
+        payload = response.json()
+    except ValueError:
+        payload = {}
     retry_after = response.headers.get("retry-after")
+    return error_from_payload(payload, response.status_code,
+                              response.text[:200] or response.reason_phrase,
+                              float(retry_after) if retry_after and _SECONDS.fullmatch(retry_after) else None)
+
+
+def error_from_payload(payload: Any, status: int, fallback: str = "", retry_after: float | None = None) -> RLServeError:
+    """The typed error of an error body ``{"error": {...}}`` answered with ``status`` (an
+    HTTP answer's, or a stream's error frame, which carries its status)."""
+    try:
+        body = payload.get("error", {})
+        body.get("code")
+    except AttributeError:
+        body = {}
+    code = body.get("code") or f"http_{status}"
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status)
+    if cls is None:
+        cls = ServerError if status >= 500 else RLServeError
     return cls(
-        body.get("message") or response.text[:200] or response.reason_phrase,
-        status=response.status_code,
+        body.get("message") or fallback or f"status {status}",
+        status=status,
         code=code,
         field=body.get("field"),
         expected=body.get("expected"),
         received=body.get("received"),
-        retry_after=float(retry_after) if retry_after and _SECONDS.fullmatch(retry_after) else None,
+        retry_after=retry_after,
     )

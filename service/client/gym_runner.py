@@ -56,6 +56,7 @@ def run_episodes(
     reset_state_every_step: bool = False,
     max_steps: int = 10_000,
     sessions: bool = True,
+    stream: bool = False,
 ) -> EpisodeStats:
     """Play ``episodes`` episodes, ``parallel`` environments at a time; returns their returns.
 
@@ -66,8 +67,11 @@ def run_episodes(
     new episode on the server (what a memory policy scores without memory). An episode is
     cut after ``max_steps``. ``sessions=False`` plays without server sessions (stateless
     requests): right for a policy without memory on a server that keeps none (``--workers
-    N`` without a store).
+    N`` without a store). ``stream=True`` plays each environment over a stream of its own
+    (``PolicyClient.stream``, one WebSocket per environment) instead of batched HTTP calls.
     """
+    if stream and (reset_state_every_step or not sessions):
+        raise ValueError("stream=True plays one session per environment: no reset_state_every_step, sessions=True")
     if episodes < 1 or parallel < 1:
         raise ValueError(f"episodes and parallel must be >= 1, got {episodes} and {parallel}")
     stats = EpisodeStats(returns=[], lengths=[])
@@ -76,8 +80,12 @@ def run_episodes(
         n = min(parallel, episodes - len(stats.returns))
         envs = [make_env() for _ in range(n)]
         try:
-            returns, lengths = _play_group(client, envs, list(range(next_seed, next_seed + n)),
-                                           explore, reset_state_every_step, max_steps, sessions)
+            group_seeds = list(range(next_seed, next_seed + n))
+            if stream:
+                returns, lengths = _play_streams(client, envs, group_seeds, explore, max_steps)
+            else:
+                returns, lengths = _play_group(client, envs, group_seeds, explore, reset_state_every_step,
+                                               max_steps, sessions)
         finally:
             for env in envs:
                 env.close()
@@ -139,4 +147,42 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
                     ending[i] = 1 if terminated else 2
                 else:  # no server episode to close
                     done[i] = True
+    return returns, lengths
+
+
+def _play_streams(client: PolicyClient, envs: list[gym.Env], seeds: list[int], explore: bool,
+                  max_steps: int) -> tuple[list[float], list[int]]:
+    """``_play_group`` with one stream per environment: every live stream gets its step
+    before any answer is read, so the server can batch them as it batches one HTTP call."""
+    n = len(envs)
+    streams = [client.stream(seed=s, explore=explore) for s in seeds]
+    try:
+        observations = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
+        returns, lengths = [0.0] * n, [0] * n
+        rewards: list[float | None] = [None] * n
+        ending, done = [0] * n, [False] * n  # ending: 1 terminated, 2 truncated (as in _play_group)
+        for step in range(max_steps + 1):
+            live = [i for i in range(n) if not done[i]]
+            if not live:
+                break
+            if step == max_steps:
+                ending = [e or 2 for e in ending]
+            for i in live:
+                streams[i].send(observations[i], reward=rewards[i], terminated=ending[i] == 1,
+                                truncated=ending[i] == 2)
+            for i in live:
+                action = streams[i].receive().action
+                if ending[i]:
+                    done[i] = True
+                    streams[i].end()
+                    continue
+                observations[i], reward, terminated, truncated, _ = envs[i].step(action)
+                rewards[i] = float(reward)
+                returns[i] += float(reward)
+                lengths[i] += 1
+                if terminated or truncated:
+                    ending[i] = 1 if terminated else 2
+    finally:
+        for opened in streams:
+            opened.close()
     return returns, lengths

@@ -45,6 +45,7 @@ from rlserve.client.errors import (  # noqa: F401
     SessionNotFoundError,
     error_from_response,
 )
+from rlserve.client.stream import AsyncStream, Stream
 from rlserve.client.wire import ActResult, _act_body, _batch_body, _Episode
 
 __all__ = [
@@ -70,6 +71,12 @@ class _Base:
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
         self._episodes: dict[str, _Episode] = {}
+
+    def _stream_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """A stream's options with this client's version, explore default, token and timeout."""
+        options.setdefault("version", self.version)
+        options.setdefault("explore", self.explore)
+        return {"headers": self._headers, "timeout": self._timeout, **options}
 
     @property
     def _act_path(self) -> str:
@@ -252,6 +259,11 @@ class PolicyClient(_Base):
         """End a session (``DELETE``); its id then answers ``SessionExpiredError`` (410)."""
         return self._request("DELETE", f"/v1/models/{self.model}/sessions/{session_id}")
 
+    def stream(self, **options: Any) -> Stream:
+        """Open a stream of one session (``seed``, ``explore``, ``outputs``, ``session_id`` to
+        resume, ``binary`` for msgpack frames): ``step(observation, reward=...)`` per step."""
+        return Stream(self.base_url, self.model, **self._stream_options(options))
+
     def model_info(self) -> dict[str, Any]:
         """The model's metadata (``GET /v1/models/{model}``): spaces, config, state layout, versions."""
         return self._request("GET", f"/v1/models/{self.model}", retry_on_timeout=True)
@@ -378,6 +390,10 @@ class AsyncPolicyClient(_Base):
         Arguments, result and errors as ``PolicyClient.end_session``.
         """
         return await self._request("DELETE", f"/v1/models/{self.model}/sessions/{session_id}")
+
+    def stream(self, **options: Any) -> AsyncStream:
+        """``PolicyClient.stream`` for asyncio: ``async with client.stream(seed=1) as stream``."""
+        return AsyncStream(self.base_url, self.model, **self._stream_options(options))
 
     async def model_info(self) -> dict[str, Any]:
         """Awaitable: the model's metadata (``GET /v1/models/{model}``): spaces, config, state layout, versions.

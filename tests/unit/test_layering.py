@@ -37,6 +37,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "act": ("act",),  # the request edge: transports, decode, the act use case
     "protocols": ("protocols",),  # other wire protocols, on the act use case
     "multiagent": ("multiagent",),  # policy sets, on the act use case
+    "stream": ("stream",),  # WebSocket streams of one session each, on the act use case
     "api": ("api",),  # the FastAPI routers
     "app": ("app",),  # the app factory
     "process": ("startup", "server", "workers", "serve_command", "cli"),  # `rlserve serve` and its processes
@@ -53,9 +54,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "act": frozenset({"ground", "engine", "sessions", "step", "serving"}),
     "protocols": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "multiagent": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
+    "stream": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "api": frozenset({"ground", "experience", "sessions", "serving", "act", "protocols", "multiagent"}),
     "app": frozenset({"ground", "engine", "experience", "sessions", "step", "serving", "act", "protocols",
-                      "multiagent", "api"}),
+                      "multiagent", "stream", "api"}),
     "process": frozenset({"ground", "sessions", "serving", "act", "app"}),
 }
 

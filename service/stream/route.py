@@ -1,0 +1,149 @@
+"""``/v1/models/{name}/stream``: the WebSocket upgrade, ahead of FastAPI like the fast POST routes.
+
+The upgrade's query parameters are the stream's options (``seed``, ``explore``,
+``version``, ``outputs``, ``session_id`` to resume a session, ``debug``). An upgrade that
+cannot be served is answered with an HTTP status and the JSON error body of every other
+route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 for an
+option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
+open. A server without that extension gets a close before the accept (HTTP 403 from
+uvicorn, close code 1013 for the full case) instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from typing import Any
+from urllib.parse import parse_qsl
+
+from rlserve.service.access_log import AccessLog
+from rlserve.service.act.outputs import EXTRA_NAMES
+from rlserve.service.act.use_case import ActService
+from rlserve.service.act.wire import MAX_SEED
+from rlserve.service.engine.metrics import Metrics
+from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
+from rlserve.service.stream.connection import ROUTE, StreamConnection, StreamLimits, StreamOptions
+
+log = logging.getLogger("rlserve.stream")
+
+STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/stream$")
+CLOSE_FULL = 1013  # try again later: the connection cap, where no HTTP answer can be sent
+MAX_OPTION = 256  # characters of a query parameter's value
+_OPTIONS = ("seed", "explore", "version", "outputs", "session_id", "debug")
+_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class StreamsFull(ServiceError):
+    """The upgrade of one stream more than ``RLSERVE_STREAM_MAX_CONNECTIONS``."""
+
+    status, code = 503, "streams_full"
+
+
+class StreamRoute:
+    """The ASGI handler of stream upgrades; ``open`` counts the connections it holds."""
+
+    def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None,
+                 max_connections: int, limits: StreamLimits):
+        self.service, self.metrics = service, metrics
+        self.access = access if access is not None and access.enabled else None
+        self.max_connections = max_connections
+        self.limits = limits
+        self.open = 0
+
+    @staticmethod
+    def match(scope: dict[str, Any]) -> re.Match[str] | None:
+        if scope["type"] != "websocket":
+            return None
+        return STREAM_PATH.match(scope["path"])
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        note = None if self.access is None else self.access.note(match)
+        name = match["name"]
+        try:
+            if self.open >= self.max_connections:
+                raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
+                                  field="connections", expected=f"at most {self.max_connections}",
+                                  received=self.open + 1, headers={"Retry-After": "1"})
+            options = stream_options(scope.get("query_string", b""))
+            self.service.registry.entry(name).policy(options.version)  # 404s before the accept
+        except Exception as exc:
+            error = as_service_error(exc, log, "stream upgrade failed")
+            await self._refuse(scope, send, error)
+            if note is not None and self.access is not None:
+                self.access.record("WS", ROUTE, error.status, note, name)
+            return
+        self.open += 1
+        try:
+            await send({"type": "websocket.accept"})
+            connection = StreamConnection(self.service, self.metrics, self.access, name, options, self.limits, send)
+            await connection.run(receive)
+        finally:
+            self.open -= 1
+
+    async def _refuse(self, scope: dict[str, Any], send: Any, error: ServiceError) -> None:
+        status, body, headers = error_reply(error, self.metrics)
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": CLOSE_FULL if status == 503 else 1008})
+            return
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *headers]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+
+
+def stream_options(query: bytes) -> StreamOptions:
+    """The upgrade's query parameters; a 400 naming the parameter for anything else."""
+    try:
+        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, strict_parsing=False,
+                          max_num_fields=len(_OPTIONS))
+    except ValueError:
+        raise BadRequest("too many query parameters", field="query", expected=f"at most {list(_OPTIONS)}",
+                         received=f"{query.count(b'&') + 1} parameters") from None
+    given: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in _OPTIONS:
+            raise BadRequest(f"unknown stream option {key[:MAX_OPTION]!r}", field=key[:MAX_OPTION],
+                             expected=f"one of {list(_OPTIONS)}", received=key[:MAX_OPTION])
+        if key in given or len(value) > MAX_OPTION:
+            raise BadRequest(f"stream option {key!r} given twice or longer than {MAX_OPTION} characters", field=key,
+                             expected=f"one value of at most {MAX_OPTION} characters", received=len(value))
+        given[key] = value
+    session_id = given.get("session_id")
+    if session_id is not None and "seed" in given:
+        raise BadRequest("'seed' seeds a new session's first episode; a resumed session keeps its own", field="seed",
+                         expected="no 'seed' with 'session_id'", received=given["seed"])
+    return StreamOptions(
+        session_id=uuid.uuid4().hex if session_id is None else session_id, resume=session_id is not None,
+        version=given.get("version"), seed=_seed(given.get("seed")), explore=_bool(given, "explore"),
+        outputs=_outputs(given.get("outputs")), debug=bool(_bool(given, "debug")))
+
+
+def _seed(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > MAX_SEED:
+        raise BadRequest("'seed' is not a seed", field="seed", expected=f"an integer in 0..{MAX_SEED}", received=text)
+    return int(text)
+
+
+def _bool(given: dict[str, str], key: str) -> bool | None:
+    text = given.get(key)
+    if text is None:
+        return None
+    value = _BOOLS.get(text.lower())
+    if value is None:
+        raise BadRequest(f"{key!r} is not a boolean", field=key, expected=list(_BOOLS), received=text)
+    return value
+
+
+def _outputs(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    names = tuple(text.split(","))
+    for name in names:
+        if name not in EXTRA_NAMES:
+            raise BadRequest(f"unknown output {name!r}", field="outputs", expected=f"some of {list(EXTRA_NAMES)}",
+                             received=name)
+    return names

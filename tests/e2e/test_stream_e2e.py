@@ -1,0 +1,292 @@
+"""Streams (``/v1/models/{name}/stream``) against one real `rlserve serve` process.
+
+The server batches with a short delay (so a stream's step and an HTTP step can share a
+batch), logs every access and records experience; its limits are small so each is reached
+with a few frames: 4 streams, 3 unreadable messages, 64 KiB per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+from server_process import ServerProcess
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from rlserve.client import AsyncPolicyClient, PolicyClient, Stream
+from rlserve.client.envs import make_env
+from rlserve.client.errors import InvalidInputError, OverloadedError, SessionExpiredError
+from rlserve.client.gym_runner import run_episodes
+from rlserve.client.stream import stream_url
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "cartpole-memory"  # the embedded LSTM policy; observations of 2 floats
+NO_VELOCITY = "rlserve/CartPoleNoVelocity-v1"
+MAX_STREAMS, MAX_UNREADABLE, MAX_BYTES = 4, 3, 65536
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory() as log_dir:
+        proc = ServerProcess({
+            "RLSERVE_MAX_BATCH_DELAY_MS": "15", "RLSERVE_ACCESS_LOG": "all", "RLSERVE_EXPERIENCE_LOG": log_dir,
+            "RLSERVE_STREAM_MAX_CONNECTIONS": str(MAX_STREAMS),
+            "RLSERVE_STREAM_MAX_UNREADABLE": str(MAX_UNREADABLE), "RLSERVE_MAX_BODY_BYTES": str(MAX_BYTES)}).start()
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+
+
+@pytest.fixture(scope="module")
+def url(server):
+    return server.url
+
+
+def _ws(url: str, **options):
+    return connect(stream_url(url, MODEL, **options), max_size=None, compression=None, legacy=True)
+
+
+def _closed_code(ws) -> int:
+    with pytest.raises(ConnectionClosed) as closed:
+        for _ in range(MAX_UNREADABLE + 2):  # error frames before the close
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def _http_episode(url: str, seed: int, steps: int) -> list[tuple[int, float]]:
+    env = make_env(NO_VELOCITY)
+    obs, _ = env.reset(seed=0)
+    session, out, reward = uuid.uuid4().hex, [], None
+    with httpx.Client(base_url=url) as http:
+        for i in range(steps):
+            body = {"observation": obs.tolist(), "session_id": session, "explore": True}
+            body.update({"episode_start": True, "seed": seed} if i == 0 else {"reward": reward})
+            answer = http.post(f"/v1/models/{MODEL}/act", json=body).json()
+            out.append((answer["action"], answer["logp"]))
+            obs, reward, terminated, truncated, _ = env.step(answer["action"])
+            if terminated or truncated:
+                break
+    return out
+
+
+def _stream_episode(url: str, seed: int, steps: int, binary: bool) -> list[tuple[int, float]]:
+    env = make_env(NO_VELOCITY)
+    obs, _ = env.reset(seed=0)
+    out, reward = [], None
+    with Stream(url, MODEL, seed=seed, explore=True, binary=binary) as stream:
+        for _ in range(steps):
+            answer = stream.step(obs if binary else obs.tolist(), reward=reward)
+            out.append((answer.action, answer.logp))
+            obs, reward, terminated, truncated, _ = env.step(answer.action)
+            if terminated or truncated:
+                break
+    return out
+
+
+def test_a_recurrent_episode_over_the_stream_is_the_http_episode(url):
+    http = _http_episode(url, seed=7, steps=30)
+    assert len(http) > 5
+    assert _stream_episode(url, seed=7, steps=30, binary=False) == http  # logp for logp: JSON floats round-trip
+    assert _stream_episode(url, seed=7, steps=30, binary=True) == http
+    assert _stream_episode(url, seed=8, steps=30, binary=True) != http  # the seed reaches the sampler
+
+
+def test_steps_in_flight_are_answered_in_order_with_their_tags(url):
+    with _ws(url, seed=1) as ws:
+        for i in range(10):
+            obs = [0.1, 0.2] if i != 4 else [0.1, 0.2, 0.3]  # one refused in the middle
+            ws.send(json.dumps({"observation": obs, "tag": i, "reward": None if i == 0 else 1.0}))
+        answers = [json.loads(ws.recv(timeout=10)) for _ in range(10)]
+    assert [a["tag"] for a in answers] == list(range(10))
+    assert answers[4]["error"]["field"] == "observation" and answers[4]["status"] == 422
+    assert all("action" in a for i, a in enumerate(answers) if i != 4)
+
+
+def test_error_frames_keep_the_stream_open_in_both_kinds(url):
+    with _ws(url) as ws:
+        ws.send(msgpack.packb({"observation": [0.0, float("nan")], "tag": "m"}))
+        refused = msgpack.unpackb(ws.recv(timeout=10))
+        assert (refused["status"], refused["tag"], refused["error"]["field"]) == (422, "m", "observation")
+        ws.send(json.dumps({"observation": [0.0, 0.1], "reward": "lots"}))  # unreadable: no tag can be read
+        unreadable = json.loads(ws.recv(timeout=10))
+        assert unreadable["status"] == 400 and unreadable["error"]["field"] == "reward" and "tag" not in unreadable
+        ws.send(msgpack.packb({"observation": np.float32([0.0, 0.1]).tolist(), "tag": 2}))
+        assert msgpack.unpackb(ws.recv(timeout=10))["action"] in (0, 1)
+
+
+def test_too_many_unreadable_messages_close_with_1008(url):
+    with _ws(url) as ws:
+        for _ in range(MAX_UNREADABLE):
+            ws.send(b"\xc1")
+        assert _closed_code(ws) == 1008
+
+
+def test_an_oversized_message_closes_with_1009(url):
+    with _ws(url) as ws:
+        ws.send(json.dumps({"observation": [0.0] * (MAX_BYTES // 4)}))
+        assert _closed_code(ws) == 1009
+
+
+def _open_all(url: str, n: int) -> list:
+    opened = []
+    try:
+        for _ in range(n):
+            opened.append(_ws(url))
+    except InvalidStatus:
+        for ws in opened:
+            ws.close()
+        raise
+    return opened
+
+
+def test_the_connection_cap_refuses_the_upgrade_with_503(url):
+    deadline = time.monotonic() + 20
+    while True:  # streams of earlier tests may still be closing on the server
+        try:
+            opened = _open_all(url, MAX_STREAMS)
+            break
+        except InvalidStatus:
+            assert time.monotonic() < deadline, "the cap's count never came back down"
+            time.sleep(0.1)
+    try:
+        with pytest.raises(OverloadedError) as refused:
+            Stream(url, MODEL)
+        assert refused.value.code == "streams_full" and refused.value.status == 503
+    finally:
+        for ws in opened:
+            ws.close()
+
+
+def test_a_dropped_stream_resumes_by_id_and_retries_its_last_step(url):
+    observations = [[0.01 * i, -0.02 * i] for i in range(6)]
+    with Stream(url, MODEL, seed=11, explore=True) as whole:
+        expected = [whole.step(obs, reward=1.0, step=i).raw for i, obs in enumerate(observations)]
+    first = Stream(url, MODEL, seed=11, explore=True)
+    got = [first.step(obs, reward=1.0, step=i).raw for i, obs in enumerate(observations[:3])]
+    session = first.session_id
+    first.close()  # the connection drops; the session stays
+    with Stream(url, MODEL, session_id=session, explore=True) as resumed:
+        again = resumed.step(observations[2], reward=1.0, step=2).raw  # the answer lost in the drop
+        assert (again["action"], again["logp"]) == (got[2]["action"], got[2]["logp"])
+        got += [resumed.step(obs, reward=1.0, step=i).raw for i, obs in enumerate(observations) if i >= 3]
+    assert [(a["action"], a["logp"]) for a in got] == [(a["action"], a["logp"]) for a in expected]
+
+
+def test_stream_rows_and_http_rows_share_a_batch(url):
+    shared = False
+    with Stream(url, MODEL, seed=1, debug=True) as stream, httpx.Client(base_url=url) as http:
+        http.get("/healthz")  # connected before the race
+        for _ in range(10):
+            stream.send([0.0, 0.1])
+            answer = http.post(f"/v1/models/{MODEL}/act", json={"observation": [0.0, 0.1], "debug": True}).json()
+            streamed = stream.receive().raw
+            if streamed["debug"]["batch_id"] == answer["debug"]["batch_id"]:
+                assert streamed["debug"]["batch_requests"] >= 2
+                shared = True
+                break
+    assert shared
+
+
+def test_steps_are_logged_measured_and_recorded_like_http_steps(server, url):
+    with Stream(url, MODEL, seed=2) as stream:
+        answer = stream.step([0.0, 0.1])
+        assert answer.raw.get("event_id")  # the experience log recorded the step
+        with pytest.raises(InvalidInputError):
+            stream.step([0.0])
+    metrics = httpx.get(f"{url}/metrics").text
+    assert f'rlserve_request_latency_seconds_count{{model="{MODEL}",route="stream"}}' in metrics
+    deadline = time.monotonic() + 10
+    while "WS /v1/models/{name}/stream 422" not in server.output():
+        assert time.monotonic() < deadline, server.output()
+        time.sleep(0.05)
+    assert "WS /v1/models/{name}/stream 200" in server.output()
+
+
+def test_the_async_client_steps_and_ends_the_session(url):
+    async def play() -> str:
+        async with AsyncPolicyClient(url, MODEL) as client, client.stream(seed=4, binary=True) as stream:
+            first = await stream.step(np.float32([0.0, 0.1]))
+            second = await stream.step(np.float32([0.0, 0.2]), reward=1.0)
+            assert first.action in (0, 1) and second.action in (0, 1)
+            session = stream.session_id
+            await stream.end()
+            return session
+
+    session = asyncio.run(play())
+    with PolicyClient(url, MODEL) as client, pytest.raises(SessionExpiredError):
+        client.act([0.0, 0.1], session_id=session)
+
+
+def test_the_gym_runner_plays_the_same_episodes_over_streams(url):
+    with PolicyClient(url, MODEL) as client:
+        def env():
+            return make_env(NO_VELOCITY)
+
+        http = run_episodes(client, env, episodes=2, parallel=2, max_steps=12, seed=5)
+        streamed = run_episodes(client, env, episodes=2, parallel=2, max_steps=12, seed=5, stream=True)
+    assert (streamed.returns, streamed.lengths) == (http.returns, http.lengths)
+    assert streamed.lengths[0] > 0
+
+
+def _fuzz_frame(rng: np.random.Generator) -> str | bytes:
+    """One malformed, oversized or odd frame."""
+    pick = int(rng.integers(9))
+    if pick == 0:
+        return rng.bytes(int(rng.integers(0, 300)))  # random bytes as msgpack
+    if pick == 1:
+        return "".join(chr(int(c)) for c in rng.integers(32, 0x2FFF, size=int(rng.integers(0, 200))))
+    if pick == 2:
+        return "[" * int(rng.integers(100, 5000))  # deep, unclosed nesting
+    if pick == 3:
+        return json.dumps({"observation": [float(rng.normal()) for _ in range(int(rng.integers(0, 5)))],
+                           "tag": int(rng.integers(1 << 40)), "reward": float(rng.normal())})
+    if pick == 4:  # arrays whose declared shape, dtype and bytes disagree
+        shape = [int(n) for n in rng.integers(-2, 1 << 31, size=int(rng.integers(0, 4)))]
+        dtype = str(rng.choice(["<f4", "<f8", ">f4", "|O", "<U4", "|b1", "nope", "<i8"]))
+        return msgpack.packb({"observation": {"__ndarray__": True, "data": rng.bytes(int(rng.integers(0, 64))),
+                                              "dtype": dtype, "shape": shape}})
+    if pick == 5:
+        return json.dumps({"observation": "x" * int(rng.integers(0, 1000)), "action_mask": {"a": [1]}})
+    if pick == 6:
+        return json.dumps({"observation": [0.0, 0.1], "prev_action": 99, "step": int(rng.integers(0, 5))})
+    if pick == 7:
+        return b"\x81\xabobservation" + bytes([0xDD]) + b"\xff\xff\xff\xff"  # an array claiming 4G entries
+    return "x" * (MAX_BYTES + int(rng.integers(1, 100)))  # oversized
+
+
+def test_a_fuzzer_of_frames_never_breaks_the_server(server, url):
+    seed = time.time_ns() % (1 << 32)
+    print(f"stream fuzzer seed {seed}")  # a failure reruns with rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)
+    with Stream(url, MODEL, seed=3) as bystander:  # another connection, open the whole time
+        bystander.step([0.0, 0.1])
+        ws = _ws(url)
+        try:
+            for _ in range(150):
+                try:
+                    ws.send(_fuzz_frame(rng))
+                    answer = ws.recv(timeout=10)
+                except ConnectionClosed as closed:
+                    assert closed.rcvd is not None and closed.rcvd.code in (1008, 1009), (seed, closed)
+                    ws.close()
+                    ws = _ws(url)
+                    continue
+                payload = msgpack.unpackb(answer) if isinstance(answer, bytes) else json.loads(answer)
+                assert payload.get("status", 200) < 500, (seed, payload)
+        finally:
+            ws.close()
+        assert bystander.step([0.0, 0.2], reward=1.0).action in (0, 1)
+    with PolicyClient(url, MODEL) as client:
+        assert client.act([0.0, 0.1]).action in (0, 1)
+    assert "Traceback" not in server.output(), (seed, server.output())  # nothing raised inside the server
