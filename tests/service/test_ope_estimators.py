@@ -6,12 +6,12 @@ and once against RLlib's own estimator classes run in an environment with ray.""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ope_formulas import plain_dr, plain_is, plain_trajectory, plain_wis
 from ray_venv import ray_python
 
 from rlserve.service.experience.estimators import Estimators, Padded, effective_sample_size, resample_counts
@@ -35,52 +35,6 @@ def _padded(episodes, clip_free=True) -> Padded:
     return Padded.from_lists([np.array(e["rewards"]) for e in episodes],
                              [np.exp(np.array(e["new_logp"]) - np.array(e["old_logp"])) for e in episodes],
                              [np.array(e["values"]) for e in episodes])
-
-
-def _cumulative(e, clip=None):
-    p, out = 1.0, []
-    for new, old in zip(e["new_logp"], e["old_logp"], strict=True):
-        p = p * math.exp(new) / math.exp(old)  # RLlib: new_prob / action_prob, multiplied up to t
-        out.append(p if clip is None else min(p, clip))
-    return out
-
-
-def plain_is(episodes, gamma, clip=None):
-    return float(np.mean([sum(gamma ** t * p * r for t, (p, r) in enumerate(zip(_cumulative(e, clip), e["rewards"])))
-                          for e in episodes]))
-
-
-def plain_wis(episodes, gamma, clip=None):
-    cumulative = [_cumulative(e, clip) for e in episodes]
-    sums, counts = {}, {}
-    for ps in cumulative:  # RLlib's peek pass: every episode before any estimate
-        for t, p in enumerate(ps):
-            sums[t] = sums.get(t, 0.0) + p
-            counts[t] = counts.get(t, 0.0) + 1.0
-    totals = []
-    for e, ps in zip(episodes, cumulative, strict=True):
-        totals.append(sum(gamma ** t * ps[t] / (sums[t] / counts[t]) * r for t, r in enumerate(e["rewards"])))
-    return float(np.mean(totals))
-
-
-def plain_trajectory(episodes, gamma, weighted):
-    weights = [_cumulative(e)[-1] for e in episodes]
-    returns = [sum(gamma ** t * r for t, r in enumerate(e["rewards"])) for e in episodes]
-    total = sum(w * g for w, g in zip(weights, returns, strict=True))
-    return total / sum(weights) if weighted else total / len(episodes)
-
-
-def plain_dr(episodes, gamma):
-    """RLlib's DoublyRobust recursion, with Q(s_t, a_t) = V(s_t)."""
-    out = []
-    for e in episodes:
-        v_target = 0.0
-        for t in reversed(range(len(e["rewards"]))):
-            rho = math.exp(e["new_logp"][t]) / math.exp(e["old_logp"][t])
-            v = e["values"][t]
-            v_target = v + rho * (e["rewards"][t] + gamma * v_target - v)
-        out.append(v_target)
-    return float(np.mean(out))
 
 
 @pytest.mark.parametrize("gamma", [1.0, 0.95])
