@@ -84,10 +84,16 @@ def evaluate(log: Path, model: str, candidate: str | Path, *, bundles: Path | No
 
 def select_episodes(log: Path, model: str) -> tuple[list[reader.Episode], dict[str, int]]:
     """The episodes evaluated, and how many of each kind were left out (and why)."""
+    if not log.is_dir():
+        raise CandidateRefused(f"the log {log} is not a folder")
     if not (log / model).is_dir():
         raise CandidateRefused(f"the log {log} has no episodes of model {model!r} "
                                f"(models there: {', '.join(reader.models(log)) or 'none'})")
-    found = reader.episodes(log, model)
+    try:
+        found = reader.episodes(log, model)
+    except KeyError as exc:  # an episodes form written before the field existed
+        raise CandidateRefused(f"the episodes of {model!r} in {log} have no {exc} field (a log of an older "
+                               "format): evaluate needs each step's logp and explore flag") from exc
     whole = [e for e in found if e.whole]
     explore_off = [e for e in whole if not all(e.explore)]
     kept = [e for e in whole if all(e.explore)]

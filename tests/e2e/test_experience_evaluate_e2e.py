@@ -243,32 +243,44 @@ def test_a_recurrent_candidate_is_stepped_through_each_episode_with_the_logged_a
     assert result.source == "bundle" and result.episodes == LSTM_EPISODES and "dr" in result.estimates
 
 
-def _without_logp(src: Path, dst: Path, model: str) -> None:
-    """The log with every episode's action_logp NaN (as a log of a policy whose distribution has none)."""
+def _edited_log(src: Path, dst: Path, model: str, edit) -> None:
+    """A copy of the log with ``edit`` applied to every episode segment's state."""
     shutil.copytree(src, dst)
     for path in (dst / model / "episodes").glob("*.parquet"):
         table = pq.read_table(path)
         items = []
         for item in table.column("item").to_pylist():
             state = msgpack.unpackb(item, strict_map_key=False)
-            logp = state["extra_model_outputs"]["action_logp"]["data"]
-            logp[b"data"] = np.full(len(logp[b"data"]) // 4, np.nan, np.float32).tobytes()
+            edit(state)
             items.append(msgpack.packb(state))
         pq.write_table(table.set_column(table.schema.get_field_index("item"), "item", pa.array(items, pa.binary())),
                        path)
 
 
-@pytest.mark.parametrize("case", ["no_model", "no_logp", "bad_gamma", "no_bundle", "not_a_bundle"])
+def _nan_logp(state) -> None:
+    """Every action_logp NaN (as a policy whose distribution defines none)."""
+    logp = state["extra_model_outputs"]["action_logp"]["data"]
+    logp[b"data"] = np.full(len(logp[b"data"]) // 4, np.nan, np.float32).tobytes()
+
+
+@pytest.mark.parametrize("case", ["no_model", "no_folder", "no_logp", "old_format", "bad_gamma", "no_bundle",
+                                  "not_a_bundle"])
 def test_refusals_are_one_line_and_exit_2(recorded, tmp_path, capsys, case):
     """The command's own entry point in this process (the JSON test above runs it as a program)."""
     log, candidate, extra = recorded.log, str(recorded.repo / "cartpole" / "1"), []
     model, expected = "cartpole", ""
     if case == "no_model":
         model, expected = "nothing-here", "has no episodes of model 'nothing-here'"
+    elif case == "no_folder":
+        log, expected = tmp_path / "nowhere", "is not a folder"
     elif case == "no_logp":
         log = tmp_path / "log"
-        _without_logp(recorded.log, log, "cartpole")
+        _edited_log(recorded.log, log, "cartpole", _nan_logp)
         expected = "has no behaviour logp"
+    elif case == "old_format":
+        log = tmp_path / "log"
+        _edited_log(recorded.log, log, "cartpole", lambda state: state["custom_data"].pop("explore"))
+        expected = "have no 'explore' field (a log of an older format)"
     elif case == "bad_gamma":
         extra, expected = ["--gamma", "1.5"], "--gamma must be in [0, 1]"
     elif case == "no_bundle":
