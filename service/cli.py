@@ -17,7 +17,8 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("rlserve.models.export.cli", "export_main", "export an RLlib policy to a bundle"),
     "inspect": ("rlserve.models.export.cli", "inspect_main", "print a bundle's manifest"),
     "demo": ("rlserve.client.demo", "demo_main", "play episodes against a running service"),
-    "experience": ("rlserve.service.experience.cli", "experience_main", "summarise or convert an experience log"),
+    "experience": ("rlserve.service.evaluation.cli", "experience_main",
+                   "summarise, convert or evaluate a candidate on an experience log"),
 }
 EXIT_USAGE = 2
 

@@ -2,6 +2,7 @@
 
     rlserve experience summary DIR [--model NAME] [--json]
     rlserve experience to-json DIR OUT [--model NAME]
+    rlserve experience evaluate DIR --model NAME --candidate BUNDLE  (``evaluation/cli.py``)
 
 ``summary`` prints, per model: transitions, episodes (whole ones: every step from the first
 observation to the last), the return of each episode, the versions that served them, and
@@ -25,7 +26,8 @@ import numpy as np
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlserve experience", description="Read an experience log folder "
-                                     "(RLSERVE_EXPERIENCE_LOG; docs/experience.md).")
+                                     "(RLSERVE_EXPERIENCE_LOG; docs/experience.md). `rlserve experience evaluate "
+                                     "--help`: off-policy evaluation of a candidate policy on it.")
     commands = parser.add_subparsers(dest="command", required=True)
     summary = commands.add_parser("summary", help="episodes, transitions, returns, models and versions")
     summary.add_argument("folder", type=Path)

@@ -92,6 +92,7 @@ class Episode:
     action_logp: list[float] = field(default_factory=list)
     event_ids: list[str] = field(default_factory=list)  # T
     versions: list[str] = field(default_factory=list)  # T: the version that served each step
+    explore: list[bool] = field(default_factory=list)  # T: false where the step was the mode (no behaviour logp)
     is_terminated: bool = False
     is_truncated: bool = False
     segments: int = 0
@@ -153,6 +154,7 @@ def _join(eps_id: str, states: list[dict[str, Any]]) -> list[Episode]:
         episode.action_logp.extend(float(x) for x in state["extra_model_outputs"]["action_logp"]["data"])
         episode.event_ids.extend(state["custom_data"]["event_ids"])
         episode.versions.extend(state["custom_data"]["versions"])
+        episode.explore.extend(bool(x) for x in state["custom_data"]["explore"])
         episode.is_terminated, episode.is_truncated = state["is_terminated"], state["is_truncated"]
         episode.segments += 1
         t = state["t"]

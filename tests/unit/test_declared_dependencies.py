@@ -83,6 +83,8 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    # user module classes the --trust-code tests save and trace in their RLlib venv
                    "tests/fixtures/traced_modules/user_modules.py": {"ray"},
                    "tests/fixtures/traced_modules/save_modules.py": {"ray"},
+                   # RLlib's own off-policy estimators, run by tests/service/test_ope_estimators.py in the ray venv
+                   "tests/service/rllib_ope_check.py": {"ray"},
                    # the user's custom ModelV2 classes of tests/fixtures/checkpoints-custom, their
                    # registration, and the fresh-process check of those recordings
                    "tests/fixtures/checkpoints-custom/custom_models_src/my_models.py": {"ray"},

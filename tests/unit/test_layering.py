@@ -34,6 +34,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "sessions": ("sessions",),  # session stores and records
     "step": ("step",),  # one model's step: rows, codec, prepare, the batch step
     "serving": ("serving",),  # loaded models: loading, checkpoints, registry, repository
+    "evaluation": ("evaluation",),  # off-policy evaluation on a log: a candidate bundle run offline
     "act": ("act",),  # the request edge: transports, decode, the act use case
     "protocols": ("protocols",),  # other wire protocols, on the act use case
     "multiagent": ("multiagent",),  # policy sets, on the act use case
@@ -51,6 +52,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sessions": frozenset({"ground", "experience"}),
     "step": frozenset({"ground", "engine", "sessions"}),
     "serving": frozenset({"ground", "engine", "experience", "sessions", "step"}),
+    "evaluation": frozenset({"ground", "engine", "experience", "sessions", "step", "serving"}),
     "act": frozenset({"ground", "engine", "sessions", "step", "serving"}),
     "protocols": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "multiagent": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),

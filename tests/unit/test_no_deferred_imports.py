@@ -47,6 +47,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("service/app.py", "rlserve.service.protocols.kserve_v2.grpc_server"):
         "imports grpcio and protobuf at its top (the [grpc] extra): loaded only when RLSERVE_GRPC_PORT is set",
     ("service/experience/cli.py", "rlserve.service.experience.reader"): _PYARROW,
+    ("service/evaluation/cli.py", "rlserve.service.evaluation.evaluate"): _PYARROW,
     ("service/experience/log.py", "rlserve.service.experience.tables"): _PYARROW,
     ("service/experience/writer.py", "rlserve.service.experience.tables"): _PYARROW,
     ("service/server.py", "rlserve.service.act.protocol"): _START,
