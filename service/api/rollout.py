@@ -30,7 +30,7 @@ def _entry(request: Request, name: str) -> ModelEntry:
     return registry.entry(name)
 
 
-async def _body(request: Request, keys: set[str], required: set[str] = frozenset()) -> dict[str, Any]:
+async def _body(request: Request, keys: set[str], required: frozenset[str] = frozenset()) -> dict[str, Any]:
     raw = await read_body(request, body_limit(request))
     body = parse_json(raw) if raw.strip() else {}
     if not isinstance(body, dict):
@@ -61,7 +61,7 @@ async def get_traffic(name: str, request: Request) -> dict[str, Any]:
             responses=errors(400))
 async def put_traffic(name: str, request: Request) -> dict[str, Any]:
     entry = _entry(request, name)
-    body = await _body(request, {"weights", "reason"}, {"weights"})
+    body = await _body(request, {"weights", "reason"}, frozenset({"weights"}))
     weights = check_weights(body["weights"], entry.versions, name)
     entry.traffic.set_weights(weights, _reason(body, "admin API"))
     return entry.traffic.as_json()
@@ -71,7 +71,7 @@ async def put_traffic(name: str, request: Request) -> dict[str, Any]:
              responses=errors(400))
 async def promote(name: str, request: Request) -> dict[str, Any]:
     entry = _entry(request, name)
-    body = await _body(request, {"version", "reason"}, {"version"})
+    body = await _body(request, {"version", "reason"}, frozenset({"version"}))
     version = body["version"]
     if not isinstance(version, str):
         raise BadRequest("version: a version string", field="version", expected=list(entry.versions),

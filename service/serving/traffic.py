@@ -43,9 +43,13 @@ _SCALE = float(1 << 64)
 class Versions(Protocol):
     """What traffic needs of a model entry: its name, loaded versions and current version."""
 
-    name: str
     current: str
-    versions: Mapping[str, Any]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def versions(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)

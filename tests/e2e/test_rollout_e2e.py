@@ -104,8 +104,8 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
     assert [c["action"] for c in summary["changes"]] == ["weights", "weights"]
     assert summary["changes"][-1]["reason"] == "test flips"
     metrics = httpx.get(f"{server}/metrics").text
-    assert f'rlserve_version_episodes_total{{model="cartpole",version="2"}} {float(summary["versions"]["2"]["episodes"])}' \
-        in metrics
+    episodes_two = float(summary["versions"]["2"]["episodes"])
+    assert f'rlserve_version_episodes_total{{model="cartpole",version="2"}} {episodes_two}' in metrics
 
 
 def test_promote_rollback_and_the_guard(server):
