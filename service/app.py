@@ -137,7 +137,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
     if settings.fast_act_path:
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
-    # rollout before admin: its /models/{name}/versions/summary is no version named "summary".
+    # rollout and admin share the /v1/admin/models/{name} prefix; neither shadows a route of the other.
     for router in (health.router, act.router, listing.router, sessions.router, rollout.router, admin.router,
                    inference_v2.router,
                    agents.router, docs_page.router, experience.router):

@@ -8,7 +8,7 @@ folded with Welford's update into count, mean and spread of the return and mean 
 
 ``LiveResults`` holds them for one app; its ``collect`` puts them on ``/metrics`` labelled
 by model and version, and ``summary`` gives one model's as JSON (the admin API's
-``versions/summary``). Episodes that finish are handed to the ``on_episode`` listener
+``summary``). Episodes that finish are handed to the ``on_episode`` listener
 (the rollout guard) after they are counted.
 """
 

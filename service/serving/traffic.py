@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlserve.service.engine.live_results import VersionResults
-from rlserve.service.errors import BadRequest, ModelNotFound, VersionConflict, quoted
+from rlserve.service.errors import BadRequest, ModelNotFound, NoTraffic, VersionConflict, quoted
 
 log = logging.getLogger("rlserve.traffic")
 
 MAX_CHANGES = 100  # changes listed in the summary
 MAX_UNDO = 100  # states ``rollback`` can go back through
 _SCALE = float(1 << 64)
+MAX_WEIGHT = 1e12  # the largest weight, and the largest guard margin
 
 
 class Versions(Protocol):
@@ -82,14 +83,13 @@ def check_weights(raw: object, loaded: Mapping[str, Any], model: str, field: str
         if version not in loaded:
             raise ModelNotFound(f"{name}: model {model!r} has no version {quoted(version)}; loaded: {list(loaded)}",
                                 field=name, expected=list(loaded), received=version)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-                or weight < 0:
-            raise BadRequest(f"{name}: a weight is a finite number >= 0; got {quoted(weight)}", field=name,
-                             expected="a finite number >= 0", received=weight)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= MAX_WEIGHT:
+            raise BadRequest(f"{name}: a weight is a number in 0..{MAX_WEIGHT:g}; got {quoted(weight)}", field=name,
+                             expected=f"a number in 0..{MAX_WEIGHT:g}", received=weight)
         weights[version] = float(weight)
     total = sum(weights.values())
     if not total > 0 or not math.isfinite(total):
-        raise BadRequest(f"{field}: the weights must sum to a positive finite number; they sum to {total}",
+        raise NoTraffic(f"{field}: the weights must sum to a positive finite number; they sum to {total}",
                          field=field, expected="weights summing to a positive number", received=raw)
     return weights
 
@@ -106,9 +106,11 @@ def check_guard(raw: object, field: str = "") -> Guard:
             raise BadRequest(f"{prefix}{key} is required", field=prefix + key, expected=f"the field {key!r}",
                              received=None)
     margin, episodes = raw["margin"], raw["min_episodes"]
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not math.isfinite(margin) or margin < 0:
-        raise BadRequest(f"{prefix}margin: a finite number >= 0 (a return difference); got {quoted(margin)}",
-                         field=prefix + "margin", expected="a finite number >= 0", received=margin)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= MAX_WEIGHT:
+        raise BadRequest(f"{prefix}margin: a return difference in 0..{MAX_WEIGHT:g}; got {quoted(margin)}",
+                         field=prefix + "margin", expected=f"a number in 0..{MAX_WEIGHT:g}", received=margin)
+    if isinstance(episodes, float) and episodes.is_integer():  # JSON's 30.0 is the integer 30
+        episodes = int(episodes)
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= 1_000_000_000:
         raise BadRequest(f"{prefix}min_episodes: an integer in 1..1000000000; got {quoted(episodes)}",
                          field=prefix + "min_episodes", expected="an integer in 1..1000000000", received=episodes)

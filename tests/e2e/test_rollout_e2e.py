@@ -73,7 +73,7 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
         futures = [pool.submit(_client_thread, server, i, changed) for i in range(THREADS)]
         # Mid-run, the split flips: live episodes must stay where they are.
         while sum(f.done() for f in futures) == 0 and not changed.is_set():
-            summary = httpx.get(f"{server}/v1/admin/models/cartpole/versions/summary", headers=ADMIN).json()
+            summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
             if sum(v["episodes"] for v in summary["versions"].values()) >= THREADS * EPISODES // 2:
                 reply = httpx.put(f"{server}/v1/admin/models/cartpole/traffic", headers=ADMIN,
                                   json={"weights": {"1": 10, "2": 90}, "reason": "test flips"})
@@ -92,7 +92,7 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
     after = [e for e in episodes if not e["before_change"] and e["versions"][0] == "2"]
     assert after, "no episode started after the flip went to version 2"
 
-    summary = httpx.get(f"{server}/v1/admin/models/cartpole/versions/summary", headers=ADMIN).json()
+    summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
     for version in ("1", "2"):
         mine = [e for e in episodes if e["versions"][0] == version]
         got = summary["versions"][version]
@@ -128,13 +128,13 @@ def test_promote_rollback_and_the_guard(server):
                                                                      "episode_start": True})
     httpx.post(f"{server}/v1/models/cartpole/act", json={"observation": [0.0] * 4, "session_id": sid,
                                                          "reward": 1.0, "terminated": True})
-    summary = httpx.get(f"{server}/v1/admin/models/cartpole/versions/summary", headers=ADMIN).json()
+    summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
     assert summary["weights"] == {"1": 100.0, "2": 0.0}
     assert summary["changes"][-1]["action"] == "guard" and "below version '1'" in summary["changes"][-1]["reason"]
 
 
 @pytest.mark.parametrize("path,body,field", [
-    ("traffic", {"weights": {"1": 0, "2": 0}}, "weights"),
+    ("traffic", {"weights": {"1": 0, "2": 0}}, "weights"),  # 422 no_traffic
     ("traffic", {"weights": {"1": -1, "2": 5}}, "weights.1"),
     ("traffic", {"weights": {"1": 1, "9": 5}}, "weights.9"),
     ("traffic", {"weights": []}, "weights"),
@@ -142,6 +142,7 @@ def test_promote_rollback_and_the_guard(server):
     ("guard", {"margin": -1, "min_episodes": 3}, "margin"),
     ("guard", {"margin": 1, "min_episodes": 0}, "min_episodes"),
     ("promote", {"version": "7"}, "version"),
+    ("promote", {"version": "1", "reason": "x" * 300}, "reason"),
 ])
 def test_bad_rollout_requests_name_the_field(server, path, body, field):
     method = httpx.post if path == "promote" else httpx.put

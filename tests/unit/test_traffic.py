@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from rlserve.service.engine.live_results import LiveResults, VersionResults
-from rlserve.service.errors import BadRequest, ModelNotFound, VersionConflict
+from rlserve.service.errors import BadRequest, ModelNotFound, NoTraffic, VersionConflict
 from rlserve.service.serving.traffic import Guard, Traffic, check_guard, check_weights, unit
 
 
@@ -45,9 +45,9 @@ def test_changing_the_weights_keeps_ids_that_stay_below_the_boundary():
 @pytest.mark.parametrize("raw,field", [({}, "weights"), ([1], "weights"), ({"1": 0, "2": 0}, "weights"),
                                        ({"1": -1}, "weights.1"), ({"1": math.inf}, "weights.1"),
                                        ({"1": True}, "weights.1"), ({"3": 1}, "weights.3"),
-                                       ({"1": "5"}, "weights.1")])
+                                       ({"1": "5"}, "weights.1"), ({"1": 2e12}, "weights.1")])
 def test_bad_weights_name_the_field(raw, field):
-    with pytest.raises((BadRequest, ModelNotFound)) as caught:
+    with pytest.raises((BadRequest, ModelNotFound, NoTraffic)) as caught:
         check_weights(raw, _Entry().versions, "m")
     assert caught.value.field == field and caught.value.received is not None or raw == {}
 
@@ -56,11 +56,16 @@ def test_bad_weights_name_the_field(raw, field):
                                        ({"margin": math.nan, "min_episodes": 1}, "margin"),
                                        ({"margin": 1, "min_episodes": 0}, "min_episodes"),
                                        ({"margin": 1, "min_episodes": 2.5}, "min_episodes"),
+                                       ({"margin": 1e13, "min_episodes": 1}, "margin"),
                                        ({"margin": 1}, "min_episodes"), ("x", "body")])
 def test_bad_guards_name_the_field(raw, field):
     with pytest.raises(BadRequest) as caught:
         check_guard(raw)
     assert caught.value.field == field
+
+
+def test_an_integral_float_is_a_count():
+    assert check_guard({"margin": 0, "min_episodes": 30.0}) == Guard(0.0, 30)
 
 
 def test_promote_rollback_and_unload():
