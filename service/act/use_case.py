@@ -239,6 +239,12 @@ class ActService:
         seconds = time.perf_counter() - accepted.started
         if self.metrics is not None:
             self.metrics.route_latency(accepted.name, route).observe(seconds)
+        self.observe_version(accepted, seconds)
+
+    def observe_version(self, accepted: Accepted, seconds: float | None = None) -> None:
+        """One request answered by its version (the live results: requests, latency)."""
+        if seconds is None:
+            seconds = time.perf_counter() - accepted.started
         policy = accepted.policy
         results = policy.live
         if results is None:

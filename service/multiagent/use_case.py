@@ -237,6 +237,9 @@ class AgentsActService:
         except Exception as exc:
             reply(None, as_service_error(exc, log, "agents act: encoding the response failed"))
             return
+        for part in plan.parts:  # each member's part is one request of its version
+            if part.accepted is not None:
+                self.act.observe_version(part.accepted)
         if saving is None:
             reply(payload, None)
         else:  # an external store records the episode's changes before the answer goes out

@@ -64,3 +64,6 @@ async def test_a_member_draws_once_per_episode_and_late_agents_join_its_draw(blu
         registry.entry("blue.ff").traffic.set_weights({"1": 50, "2": 50}, "test")
     # Binomial(40, 0.5): both versions drawn (all on one: 2 * 0.5**40).
     assert set(drawn) == {"1", "2"}
+    # Each step's part of the member is one request of its version (two steps per episode).
+    summary = registry.live.summary("blue.ff", ["1", "2"])
+    assert {v: summary[v]["requests"] for v in ("1", "2")} == {v: 2 * drawn.count(v) for v in ("1", "2")}
