@@ -32,6 +32,7 @@ from rlserve.service.api import (
     health,
     inference_v2,
     listing,
+    rollout,
     sessions,
 )
 from rlserve.service.api.openapi import drop_fastapi_validation_errors
@@ -114,6 +115,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
         registry.load_policy_sets(settings.policy_sets, _mapping(settings))
+    for name in registry.unapplied_splits():
+        log.warning("RLSERVE_CANARY names model %r, whose versions %s are not all loaded: its split applies once "
+                    "they are", name, sorted(settings.canary[name]))
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
     access_log = AccessLog(settings.access_log, settings.access_log_format)
@@ -143,7 +147,9 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     app.stream = StreamRoute(service, metrics, access_log, settings.stream_max_connections, StreamLimits(
         settings.stream_max_inflight, settings.stream_max_unreadable, settings.max_body_bytes))
-    for router in (health.router, act.router, listing.router, sessions.router, admin.router, inference_v2.router,
+    # rollout and admin share the /v1/admin/models/{name} prefix; neither shadows a route of the other.
+    for router in (health.router, act.router, listing.router, sessions.router, rollout.router, admin.router,
+                   inference_v2.router,
                    agents.router, docs_page.router, experience.router):
         app.include_router(router)
     _install_error_handlers(app, metrics, PathRedactor(repository, Path(__file__).resolve().parent))

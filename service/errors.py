@@ -258,6 +258,12 @@ class InvalidInput(ServiceError):
     status, code = 422, "invalid_input"
 
 
+class NoTraffic(ServiceError):
+    """Traffic weights each valid that leave no version any traffic (they sum to 0)."""
+
+    status, code = 422, "no_traffic"
+
+
 class AllActionsMasked(ServiceError):
     status, code = 422, "all_actions_masked"
 

@@ -9,6 +9,7 @@ stops the start with the closest setting's name, unless it is one of ``NOT_SETTI
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -173,6 +174,13 @@ class Settings(BaseSettings):
     experience_roll_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # or this many bytes
     experience_flush_s: float = Field(1.0, ge=0.0)  # an ended episode is written this soon
 
+    # A traffic split per model between its versions (docs/rollout.md; JSON {"model":
+    # {"version": weight}}), applied when every version it names is loaded; the admin API
+    # changes it later. canary_guard (JSON {"margin": return, "min_episodes": n}) rolls a
+    # canary back when its mean return falls below the baseline's by more than margin.
+    canary: dict[str, dict[str, float]] = {}
+    canary_guard: dict[str, float] | None = None
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -233,6 +241,28 @@ class Settings(BaseSettings):
         for name, fraction in value.items():
             if not 0.0 <= fraction <= 1.0:
                 raise ValueError(f"a fraction of episodes in [0, 1] for each model, {name!r}: {fraction}")
+        return value
+
+    @field_validator("canary")
+    @classmethod
+    def _weights(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for name, weights in value.items():
+            if not weights or any(not math.isfinite(w) or w < 0 for w in weights.values()) \
+                    or not sum(weights.values()) > 0:
+                raise ValueError(f"model {name!r}: weights are finite numbers >= 0 with a positive sum, "
+                                 f"e.g. {{\"1\": 90, \"2\": 10}}; got {weights}")
+        return value
+
+    @field_validator("canary_guard")
+    @classmethod
+    def _guard(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        margin, episodes = value.get("margin"), value.get("min_episodes")
+        if set(value) != {"margin", "min_episodes"} or margin is None or not math.isfinite(margin) or margin < 0 \
+                or episodes is None or episodes != int(episodes) or not 1 <= episodes <= 1e9:
+            raise ValueError("{\"margin\": a return difference >= 0, \"min_episodes\": an integer >= 1}; "
+                             f"got {value}")
         return value
 
     @field_validator("admin_token")

@@ -82,6 +82,15 @@ class Accepted:
 
 
 @dataclass(frozen=True, slots=True)
+class EpisodeDraw:
+    """A policy set's episode as the draw sees it for one member: its id (the draw's key)
+    and the version its live agents of that member are on (None: none is live)."""
+
+    id: str
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Options:
     """The request-wide options of a request decoded by another wire format, under the
     names of ``ActRequest``'s fields so ``_accept`` reads both alike."""
@@ -233,8 +242,20 @@ class ActService:
             self._done_with(accepted)
 
     def observe_latency(self, accepted: Accepted, route: str) -> None:
+        seconds = time.perf_counter() - accepted.started
         if self.metrics is not None:
-            self.metrics.route_latency(accepted.name, route).observe(time.perf_counter() - accepted.started)
+            self.metrics.route_latency(accepted.name, route).observe(seconds)
+        self.observe_version(accepted, seconds)
+
+    def observe_version(self, accepted: Accepted, seconds: float | None = None) -> None:
+        """One request answered by its version (the live results: requests, latency)."""
+        if seconds is None:
+            seconds = time.perf_counter() - accepted.started
+        policy = accepted.policy
+        results = policy.live
+        if results is None:
+            results = policy.live = self.registry.live.of(policy.name, policy.version)
+        results.request(seconds)
 
     # ------------------------------------------------------------------ accept
 
@@ -249,17 +270,18 @@ class ActService:
 
     def check_rows(self, name: str, version: str | None, rows: Rows, *, explore: bool | None,
                    extras: frozenset[str] = _NO_KEYS, unsquash: bool | None = None, clip: bool | None = None,
-                   started: float | None = None) -> Checked:
+                   started: float | None = None, episode: EpisodeDraw | None = None) -> Checked:
         """The first half of ``accept_rows``: resolved and validated, no session touched yet.
         A caller that submits several requests as one (a policy set's step, one request per
         policy) checks them all before it ``bind``s any, so a refusal leaves every session as it was."""
         options = _Options(explore, extras, unsquash, clip)
-        return self._check(name, version, rows, options, time.perf_counter() if started is None else started)
+        return self._check(name, version, rows, options, time.perf_counter() if started is None else started,
+                           episode)
 
     def _check(self, name: str, version: str | None, rows: Rows, options: ActRequest | _Options,
-               started: float) -> Checked:
+               started: float, episode: EpisodeDraw | None = None) -> Checked:
         entry = self.registry.entry(name)
-        policy, binding = self._resolve(entry, version, rows)
+        policy, binding = self._resolve(entry, version, rows, episode)
         if policy.batcher is None:
             raise NotReady(f"model {policy.key} is not serving yet")
         expect_steps = None if options.step is None else replay.expected_steps(int(options.step), rows)
@@ -277,7 +299,7 @@ class ActService:
             checked.started, checked.name, checked.policy, checked.rows, checked.binding, checked.step,
             checked.options)
         bound = None if binding is _NO_SESSIONS else checked.lifecycle.bind(
-            binding, policy.version, rows.episode_starts, rows.seeds, rows.single)
+            binding, policy.version, rows.episode_starts, rows.seeds, rows.single, rows.rewards, rows.ends)
         if bound is not None:
             step.take_sessions(bound)
         sessions = step.sessions
@@ -314,12 +336,27 @@ class ActService:
     # ------------------------------------------------------------------ sessions
 
     @staticmethod
-    def _resolve(entry: ModelEntry, version: str | None, rows: Rows) -> tuple[Policy, Binding]:
-        """Which policy serves the request and which sessions it touches (no mutation)."""
+    def _resolve(entry: ModelEntry, version: str | None, rows: Rows, episode: EpisodeDraw | None = None
+                 ) -> tuple[Policy, Binding]:
+        """Which policy serves the request and which sessions it touches (no mutation). A
+        request that names no version and binds no live session is drawn (``traffic``):
+        per request when stateless, else from its first new session's id, or ``episode``'s
+        (a policy set's episode: its version for this member when it has one, else its id)."""
         if not rows.has_sessions:
+            if version is None and entry.traffic.weights is not None:
+                version = entry.traffic.draw(None)
             return entry.policy(version), _NO_SESSIONS
         binding = entry.sessions.resolve(rows.session_ids, rows.episode_starts, version, rows.single)
-        return entry.policy(version if binding.version is None else binding.version), binding
+        if binding.version is not None:
+            return entry.policy(binding.version), binding
+        if version is None and entry.traffic.weights is not None:
+            if episode is not None:
+                version = episode.version or entry.traffic.draw(episode.id)
+            else:
+                version = entry.traffic.draw(binding.new[0][1] if binding.new else None)
+        elif version is None and episode is not None:
+            version = episode.version
+        return entry.policy(version), binding
 
     def abandon(self, accepted: Accepted) -> None:
         """Let go of a bound request that will not be submitted (one part of a request

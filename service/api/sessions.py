@@ -66,7 +66,7 @@ async def create_session(name: str, request: Request) -> JSONResponse:
     # (invalid_json vs bad_request naming the field) are the project's, as on the act route.
     body = await read_model(request, CreateSession, empty=CreateSession())
     entry = _registry(request).entry(name)
-    policy = entry.policy(body.version)
+    policy = entry.policy(entry.drawn(body.version, body.session_id))  # a split's draw unless it names one
     session = await entry.sessions.open(body.session_id, policy.version, body.seed)
     return JSONResponse(_info(entry, session).model_dump(), status_code=201)
 

@@ -16,9 +16,11 @@ import hashlib
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
+from rlserve.service.errors import ServiceError
 from rlserve.service.multiagent.wire import AgentsActRequest
 from rlserve.service.serving.policy_sets import ServedPolicySet
 from rlserve.service.serving.registry import ModelRegistry
+from rlserve.service.sessions.base import SessionMiss
 from rlserve.service.sessions.episode_store import Episode, Seat, agent_session_id, validate_episode_id
 
 _SEED_MASK = (1 << 64) - 1
@@ -69,6 +71,22 @@ class EpisodePlan:
         session_id = agent_session_id(self.id, agent_id)
         self.joins[agent_id] = (policy_id, session_id)
         return session_id, True, derive_seed(self.seed, agent_id, self._joined(agent_id) + 1)
+
+    def member_version(self, policy_id: str, registry: ModelRegistry) -> str | None:
+        """The version this episode's live agents of ``policy_id`` are on (None: none is
+        live here), so that an agent joining later joins its member's draw (``traffic``)."""
+        if self.episode is None or self.restart:
+            return None
+        entry = registry.entries.get(self.served.member(policy_id))
+        if entry is None:
+            return None
+        for seat in self.episode.seats.values():
+            if seat.policy == policy_id:
+                try:
+                    return entry.sessions.find(seat.session_id).version
+                except (ServiceError, SessionMiss):
+                    continue
+        return None
 
     def _joined(self, agent_id: str) -> int:
         if self.episode is None or (self.restart and self.seed != self.episode.seed):

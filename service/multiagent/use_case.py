@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from rlserve.models.multiagent.mapping import UnmappedAgent
-from rlserve.service.act.use_case import Accepted, ActService, Checked, response_of
+from rlserve.service.act.use_case import Accepted, ActService, Checked, EpisodeDraw, response_of
 from rlserve.service.act.wire import ActResponse
 from rlserve.service.errors import BadRequest, ServiceError, SessionConflict, SessionExpired, as_service_error
 from rlserve.service.multiagent.episode_plan import EpisodePlan, plan_episode
@@ -165,9 +165,11 @@ class AgentsActService:
         extras = frozenset(req.outputs)
         for part in parts.values():
             try:
+                draw = None if episode.id is None else EpisodeDraw(
+                    episode.id, episode.member_version(part.policy_id, self.registry))
                 part.checked = self.act.check_rows(part.model, None, part.rows(episode.stateful), explore=req.explore,
                                                    extras=extras, unsquash=req.unsquash_actions,
-                                                   clip=req.clip_actions, started=started)
+                                                   clip=req.clip_actions, started=started, episode=draw)
             except ServiceError as exc:
                 raise _named_for_agents(exc, part.agents) from None
         episode.check_finishing(self.registry)
@@ -235,6 +237,9 @@ class AgentsActService:
         except Exception as exc:
             reply(None, as_service_error(exc, log, "agents act: encoding the response failed"))
             return
+        for part in plan.parts:  # each member's part is one request of its version
+            if part.accepted is not None:
+                self.act.observe_version(part.accepted)
         if saving is None:
             reply(payload, None)
         else:  # an external store records the episode's changes before the answer goes out

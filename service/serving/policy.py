@@ -12,6 +12,7 @@ from typing import Any
 
 from rlserve.models.export.bundle import Bundle
 from rlserve.service.engine.batcher import Batcher
+from rlserve.service.engine.live_results import VersionResults
 from rlserve.service.engine.pipeline import Pipeline
 from rlserve.service.engine.runtime import Runtime
 from rlserve.service.sessions.base import SessionStore
@@ -32,6 +33,8 @@ class Policy:
     # RLlib's normalize_actions (unsquash to the Box bounds) and clip_actions.
     unsquash_default: bool = False
     clip_default: bool = False
+    # This version's live results (requests, latency, episodes), attached on its first answer.
+    live: VersionResults | None = None
 
     async def close(self) -> None:
         """Stop serving: the batcher fails what is queued (503), the session store lets go of

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rlserve.models.export.names import NAME_RULE, SERVED_NAME, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping
+from rlserve.service.engine.live_results import LiveResults
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
 from rlserve.service.experience.log import ExperienceLog
@@ -23,6 +24,7 @@ from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
+from rlserve.service.serving.traffic import Guard, Traffic, check_weights
 from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
@@ -39,6 +41,15 @@ class ModelEntry:
     sessions: SessionLifecycle
     versions: OrderedDict[str, Policy] = field(default_factory=OrderedDict)
     current: str = ""
+    traffic: Traffic = field(init=False)  # the split of new episodes between the versions
+
+    def __post_init__(self) -> None:
+        self.traffic = Traffic(self)
+
+    def drawn(self, version: str | None, key: str | None) -> str | None:
+        """The version a new episode (``key`` its id; None: a stateless request) is served
+        by: ``version`` when the request names one, else the split's draw (None: current)."""
+        return version if version is not None else self.traffic.draw(key)
 
     def policy(self, version: str | None = None) -> Policy:
         key = self.current if version is None else version
@@ -64,6 +75,11 @@ class ModelRegistry:
         self.failures: dict[str, str] = {}  # path in the repository -> why it did not load at start
         # Bundle paths of the repository tried, with their fingerprint then (serving/repository.py).
         self.seen: dict[str, float] = {}
+        self.live = LiveResults()  # per-version requests, latency and finished episodes
+        if metrics is not None:
+            metrics.registry.register(self.live)
+        guard = settings.canary_guard
+        self.guard = None if guard is None else Guard(float(guard["margin"]), int(guard["min_episodes"]))
 
     def load_policy(self, path: Path, *, shown: str | None = None, label: str | None = None,
                     name: str | None = None) -> Policy:
@@ -133,6 +149,7 @@ class ModelRegistry:
             remote = None if self.store is None else self.store.for_model(policy.name)
             sessions = SessionLifecycle(policy.name, remote, tombstones=self.settings.session_tombstones)
             entry = self.entries[policy.name] = ModelEntry(policy.name, sessions)
+            sessions.on_episode = self._scorer(entry)
         if policy.version in entry.versions:
             raise VersionConflict(
                 f"model {policy.name!r} version {policy.version!r} is already loaded; unload it first",
@@ -144,6 +161,34 @@ class ModelRegistry:
         if self.experience is not None:
             self.experience.attach(policy)
         log.info("serving %s (runtime %s)", policy.key, policy.runtime.describe())
+        self._configured_split(entry)
+
+    def _scorer(self, entry: ModelEntry):
+        """The entry's finished-episode listener: counted, then the guard looks."""
+        live, name = self.live, entry.name
+
+        def finish(version: str, episode_return: float, length: int) -> None:
+            live.episode(name, version, episode_return, length)
+            if entry.traffic.guard is not None:
+                entry.traffic.check_guard(lambda v: live.of(name, v))
+
+        return finish
+
+    def _configured_split(self, entry: ModelEntry) -> None:
+        """RLSERVE_CANARY's split of this model, once every version it names is loaded
+        (and nothing changed the model's traffic before)."""
+        weights = self.settings.canary.get(entry.name)
+        if weights is None or entry.traffic.changes or any(v not in entry.versions for v in weights):
+            return
+        entry.traffic.set_weights(check_weights(weights, entry.versions, entry.name, "RLSERVE_CANARY"),
+                                  "RLSERVE_CANARY")
+        if self.guard is not None:
+            entry.traffic.set_guard(self.guard, "RLSERVE_CANARY_GUARD")
+
+    def unapplied_splits(self) -> list[str]:
+        """The models RLSERVE_CANARY names whose versions are not all loaded."""
+        return [name for name in self.settings.canary
+                if name not in self.entries or not self.entries[name].traffic.changes]
 
     async def remove(self, name: str, version: str | None = None) -> list[str]:
         """Unload one version (or all); their sessions end with 410. Returns the versions."""
@@ -153,6 +198,7 @@ class ModelRegistry:
             entry.policy(v)  # 404 for an unknown version before anything changes
         for v in versions:
             policy = entry.versions.pop(v)
+            entry.traffic.unloaded(v)  # its weight goes, the others renormalise
             entry.sessions.retire(v)  # its sessions end: their ids answer 410
             await policy.close()  # an uploaded archive's unpacked files go with it
             log.info("unloaded %s", policy.key)

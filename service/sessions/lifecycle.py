@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlserve.service.errors import ServiceError, SessionBusy, SessionConflict, quoted
+from rlserve.service.sessions import scoring
 from rlserve.service.sessions.base import SessionMiss, SessionStore
 from rlserve.service.sessions.record import SessionLayout, SessionRecord
 from rlserve.service.sessions.resolver import Binding, SessionResolver
@@ -41,6 +42,7 @@ class Bound:
     store: SessionStore
     sessions: list[Session | None]
     restarts: list[tuple[Session, int | None]] | None = None
+    finish: scoring.Finish | None = None  # the live results' listener (None: not scored)
 
     def release(self) -> None:
         """The request's batch is over (or it never got queued): touch and unpin its sessions."""
@@ -55,6 +57,8 @@ class Bound:
         one ended meanwhile stays as it is."""
         for session in self.sessions:
             if session is not None and not session.ended:
+                if self.finish is not None:
+                    scoring.ended(session, self.finish)
                 try:
                     self.store.end(session.id)
                 except ServiceError:
@@ -64,22 +68,32 @@ class Bound:
 class SessionLifecycle(SessionResolver):
     """The sessions of one model name across its loaded versions, and every change to them."""
 
+    # The live results' listener: finish(version, return, length) per finished episode
+    # (``scoring``); None: episodes are not scored.
+    on_episode: scoring.Finish | None = None
+
     # ------------------------------------------------------------------ the act path
 
     def bind(self, binding: Binding, version: str, starts: Sequence[bool], seeds: Sequence[int | None],
-             single: bool) -> Bound | None:
+             single: bool, rewards: Sequence[float | None] = (), ends: Sequence[int] | None = None) -> Bound | None:
         """Apply a validated request to its sessions (``resolve``'s ``binding``; ``version``
-        the one that serves it): create the new ones, note the restarts, pin every one.
+        the one that serves it): create the new ones, note the restarts, pin every one, and
+        score their episodes (``rewards`` and ``ends`` the rows'; ``scoring``).
         None when the request names no session."""
         existing, new = binding.existing, binding.new
         if not existing and not new:
             return None
         store = self.stores[version]
+        finish = self.on_episode
         if single and existing and not starts[0]:  # the common session step
             session = existing[0][1]
             session.inflight += 1
-            return Bound(store, [session])
-        bound = Bound(store, [None] * len(starts))
+            if finish is not None and session.scored:
+                reward = rewards[0] if rewards else None
+                scoring.step(session, reward if reward is None or reward == reward else None,
+                             0 if ends is None else ends[0], finish)
+            return Bound(store, [session], None, finish)
+        bound = Bound(store, [None] * len(starts), None, finish)
         sessions = bound.sessions
         for row, session in existing:
             if starts[row]:  # the batch restarts it, once its earlier steps ran
@@ -92,6 +106,8 @@ class SessionLifecycle(SessionResolver):
         for held in sessions:
             if held is not None:
                 held.inflight += 1
+        if finish is not None:
+            scoring.rows(sessions, starts, rewards or [None] * len(starts), ends, finish)
         return bound
 
     def end_id(self, session_id: str) -> None:
@@ -101,6 +117,8 @@ class SessionLifecycle(SessionResolver):
         except (ServiceError, SessionMiss):
             return
         if not session.ended:
+            if self.on_episode is not None:
+                scoring.ended(session, self.on_episode)
             self.stores[session.version].end(session.id)
 
     def sweep_idle(self) -> int:
@@ -121,10 +139,17 @@ class SessionLifecycle(SessionResolver):
         if session_id is not None and self.remote is None and self.is_live(session_id):
             raise SessionConflict(f"session {quoted(session_id)} already exists", field="session_id",
                                   received=session_id)
-        return await self.stores[version].open_session(session_id, seed)
+        session = await self.stores[version].open_session(session_id, seed)
+        if self.on_episode is not None:
+            scoring.start(session, self.on_episode)
+            session.episode_length = 0  # created without a step: its first act counts it
+            session.seen_steps = -1
+        return session
 
     async def close(self, session: Session) -> None:
         """End a session from the routes (an external store ends it there too)."""
+        if self.on_episode is not None:
+            scoring.ended(session, self.on_episode)
         await self.stores[session.version].end_session(session)
 
     async def export(self, session: Session) -> bytes:

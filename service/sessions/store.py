@@ -68,6 +68,13 @@ class Session:
     # bytes, or an object that is its bytes (``bytes(trail)``), written in the session's
     # record so that it travels to whichever replica serves the next step.
     trail: SupportsBytes | None = None
+    # The live results' running episode (``rlserve.service.sessions.scoring``): its return
+    # and length so far, whether this process saw it from its start (only such an episode
+    # is scored), and the step count it last saw (a step served elsewhere breaks the run).
+    episode_return: float = 0.0
+    episode_length: int = 0
+    scored: bool = False
+    seen_steps: int = 0
 
 
 class SessionStore:

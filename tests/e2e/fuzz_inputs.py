@@ -32,7 +32,7 @@ DOCUMENTED_4XX = {
     "invalid_json", "bad_request", "path_outside_repository", "unauthorized", "forbidden",
     "model_not_found", "session_not_found", "not_found", "admin_disabled", "method_not_allowed",
     "session_conflict", "version_conflict", "session_expired", "payload_too_large",
-    "invalid_input", "all_actions_masked", "bundle_invalid",
+    "invalid_input", "all_actions_masked", "bundle_invalid", "no_traffic",
 }
 
 # Observation space, action space, model config of every bundle the fuzz server serves

@@ -12,9 +12,9 @@ from rlserve.service.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 API = ROOT / "docs" / "api.md"
-# "embedded defaults", "unset", "per bundle", "unset", "unset (off)", "$XDG_CACHE_HOME/...", ..., "unset (off)"
+# "embedded defaults", "unset", "per bundle", "unset", "unset (off)", "$XDG_CACHE_HOME/...", ..., "unset (off)" x2
 DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "export_cache",
-                         "agent_mapping", "experience_log"}
+                         "agent_mapping", "experience_log", "canary_guard"}
 
 
 def _table(path: Path) -> dict[str, str]:
