@@ -23,6 +23,8 @@ from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
+from rlserve.service.serving.shadowing import ShadowControl
+from rlserve.service.shadow.shadow import Shadow
 from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
@@ -64,6 +66,7 @@ class ModelRegistry:
         self.failures: dict[str, str] = {}  # path in the repository -> why it did not load at start
         # Bundle paths of the repository tried, with their fingerprint then (serving/repository.py).
         self.seen: dict[str, float] = {}
+        self.shadows = ShadowControl(settings, experience)  # shadow candidates on live versions
 
     def load_policy(self, path: Path, *, shown: str | None = None, label: str | None = None,
                     name: str | None = None) -> Policy:
@@ -154,6 +157,7 @@ class ModelRegistry:
         for v in versions:
             policy = entry.versions.pop(v)
             entry.sessions.retire(v)  # its sessions end: their ids answer 410
+            self.shadows.removed(policy)
             await policy.close()  # an uploaded archive's unpacked files go with it
             log.info("unloaded %s", policy.key)
         if not entry.versions:
@@ -161,6 +165,19 @@ class ModelRegistry:
         elif entry.current not in entry.versions:
             entry.current = next(reversed(entry.versions))
         return versions
+
+    def start_shadow(self, name: str, version: str | None, candidate: str, candidate_version: str | None,
+                     queue_rows: int) -> Shadow:
+        """Shadow ``name`` (``version``, default its current one) with the loaded model
+        ``candidate`` (``candidate_version``, default its current one); 404 naming the
+        field for an unknown model or version."""
+        live = self.entry(name).policy(version)
+        try:
+            other = self.entry(candidate).policy(candidate_version)
+        except ModelNotFound as exc:
+            exc.field = f"candidate.{exc.field}"
+            raise
+        return self.shadows.start(live, other, queue_rows)
 
     def load_repository(self, root: Path) -> None:
         """Load every bundle under ``root``; failures are logged and listed, not fatal."""
