@@ -44,8 +44,11 @@ def shadow_rows(steps: list[Any], results: list[Any]) -> list[ShadowRow]:
             session = step.sessions[offset] if step.has_sessions else None
             row = output.start + offset
             reported = None if step.prev_actions is None else step.prev_actions[offset]
+            # An episode's first step: a reset, or a session's first step (one created by the
+            # sessions route starts from its initial state without one); the batch already counted it.
+            start = bool(step.reset[offset]) or (session is not None and session.steps == 1)
             rows.append(ShadowRow(
-                None if session is None else session.id, bool(step.reset[offset]), observation(step, offset),
+                None if session is None else session.id, start, observation(step, offset),
                 tree_slice(actions, row, row + 1), step.rewards[offset],
                 None if reported is None or np.isnan(reported[0]) else reported,
                 None if step.mask is None else step.mask[offset], step.explore,
