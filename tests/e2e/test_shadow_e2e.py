@@ -26,6 +26,7 @@ from server_process import running_server
 
 from rlserve.models.distributions import ActionDistSpec
 from rlserve.service.experience import reader
+from rlserve.service.experience.cli import summarize
 
 pytestmark = pytest.mark.e2e
 
@@ -178,6 +179,8 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
     assert len(shadowed) == len(reference)
     assert all(t["shadow_logp"] == scores[t["infos"]["event_id"]]["logp"] and t["shadow_candidate"] == "lstm@2"
                for t in shadowed)
+    summary = summarize(log, "lstm")
+    assert (summary["shadowed_steps"], summary["shadow_candidates"]) == (len(reference), {"lstm@2": len(reference)})
     # The reference sessions (version 2, not shadowed) have no scores.
     assert all(t["shadow_logp"] is None for t in transitions if t["infos"]["event_id"] not in scores)
 
