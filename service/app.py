@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
         registry.load_policy_sets(settings.policy_sets, _mapping(settings))
+        registry.start_shadows(settings.shadow)
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
     metrics.watch_shadows(registry.shadows.stats)

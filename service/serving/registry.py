@@ -17,7 +17,7 @@ from pathlib import Path
 from rlserve.models.export.names import NAME_RULE, SERVED_NAME, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.engine.metrics import Metrics
-from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
+from rlserve.service.errors import BundleInvalid, ModelNotFound, ServiceError, VersionConflict, quoted
 from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
@@ -178,6 +178,18 @@ class ModelRegistry:
             exc.field = f"candidate.{exc.field}"
             raise
         return self.shadows.start(live, other, queue_rows)
+
+    def start_shadows(self, shadows: dict[str, dict]) -> None:
+        """The shadows of ``RLSERVE_SHADOW``, once the models are loaded; one that cannot
+        start (an unknown model or version, other spaces) is logged and listed with the
+        bundles that failed to load (``/readyz``), and the others run."""
+        for name, spec in shadows.items():
+            candidate, _, version = spec["candidate"].partition("@")
+            try:
+                self.start_shadow(name, spec.get("version"), candidate, version or None, spec.get("queue_rows", 4096))
+            except ServiceError as exc:
+                self.failures[f"RLSERVE_SHADOW[{name}]"] = exc.message
+                log.error("shadow of %s not started: %s", name, exc.message)
 
     def load_repository(self, root: Path) -> None:
         """Load every bundle under ``root``; failures are logged and listed, not fatal."""
