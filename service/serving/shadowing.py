@@ -14,6 +14,7 @@ from typing import Any
 
 from rlserve.service.errors import InvalidInput, NotFound, quoted
 from rlserve.service.serving.policy import Policy
+from rlserve.service.shadow.durable import DurableShadowState, namespace
 from rlserve.service.shadow.queue import ShadowQueue
 from rlserve.service.shadow.runner import ShadowRunner
 from rlserve.service.shadow.shadow import Shadow
@@ -47,8 +48,13 @@ class ShadowControl:
         self.stop(live.name, "replaced")
         settings = self.settings
         label = f"{candidate.name}@{candidate.version}"
+        durable = None
+        if settings.session_store is not None:
+            durable = DurableShadowState(settings.session_store,
+                                         namespace(settings.session_store_prefix, f"{live.name}@{live.version}", label),
+                                         ttl_s=settings.session_idle_ttl_s, timeout_s=settings.session_store_timeout_s)
         runner = ShadowRunner(candidate.step, ShadowQueue(queue_rows), label, max_sessions=settings.max_sessions,
-                              idle_ttl_s=settings.session_idle_ttl_s, sink=self._sink(live))
+                              idle_ttl_s=settings.session_idle_ttl_s, sink=self._sink(live), durable=durable)
         shadow = Shadow(f"{live.name}@{live.version}", label, runner)
         # The raw observations (a candidate may preprocess them its own way) are kept
         # on the step, as the experience log keeps them.

@@ -31,6 +31,7 @@ class ShadowRow(msgspec.Struct, gc=False):
     end: int  # nonzero: the episode's last observation (its answer is no step of it)
     event_id: str | None
     time: float
+    steps: int = 0  # the live session's steps in this episode, this one counted (0: stateless)
 
 
 def shadow_rows(steps: list[Any], results: list[Any]) -> list[ShadowRow]:
@@ -53,6 +54,6 @@ def shadow_rows(steps: list[Any], results: list[Any]) -> list[ShadowRow]:
                 None if reported is None or np.isnan(reported[0]) else reported,
                 None if step.mask is None else step.mask[offset], step.explore,
                 0 if step.ends is None else step.ends[offset],
-                None if event_ids is None else event_ids[offset], now))
+                None if event_ids is None else event_ids[offset], now, 0 if session is None else session.steps))
     return rows
 

@@ -29,7 +29,8 @@ import numpy as np
 from rlserve.models.distributions import DistributionError, UnsupportedMethodError
 from rlserve.service.experience.records import ShadowScore, packer
 from rlserve.service.sessions.slabs import STATELESS_SLOT
-from rlserve.service.sessions.store import SessionStore
+from rlserve.service.sessions.store import Session, SessionStore
+from rlserve.service.shadow.durable import DurableShadowState
 from rlserve.service.shadow.queue import ShadowQueue
 from rlserve.service.shadow.rows import ShadowRow
 from rlserve.service.step import codec, masks
@@ -63,7 +64,8 @@ class Scored:
 class ShadowRunner:
     def __init__(self, candidate: BatchStep, queue: ShadowQueue, label: str, *, max_sessions: int,
                  idle_ttl_s: float, seed: int | None = None,
-                 sink: Callable[[list[ShadowScore]], bool] | None = None):
+                 sink: Callable[[list[ShadowScore]], bool] | None = None,
+                 durable: DurableShadowState | None = None):
         self.candidate = candidate
         self.queue = queue
         self.label = label  # "<model>@<version>" of the candidate
@@ -71,6 +73,7 @@ class ShadowRunner:
                                   idle_ttl_s=idle_ttl_s, initial_slots=16, tombstones=0)
         self.rng = np.random.default_rng(seed)
         self.sink = sink  # the experience log's shadow table (None: the model is not logged)
+        self.durable = durable  # the state in the external session store (None: this process only)
         self._pack = packer(candidate.pipeline.action_space)
         self.counts = RunnerCounts()
         self._stop = threading.Event()
@@ -83,6 +86,8 @@ class ShadowRunner:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self.durable is not None:
+            self.durable.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -114,11 +119,7 @@ class ShadowRunner:
             state_out = [outputs[f"state_out_{i}"] for i in range(len(candidate.signature.state))]
             flat = candidate.pipeline.flatten_actions(taken) if candidate.signature.uses_prev_actions else None
             self.store.scatter_rows(slots, state_out, flat)
-        for row in kept:
-            if row.end and row.session_id is not None:
-                session = self.store.live(row.session_id)
-                if session is not None:
-                    self.store.forget(session)
+        self._advance(kept)
         self.counts.scored += len(kept)
         scored = Scored(kept, logp, codec.encode_batch(candidate.pipeline.action_space, own),
                         np.asarray(dist_inputs, np.float32))
@@ -126,24 +127,37 @@ class ShadowRunner:
             self._write(scored)
         return scored
 
+    def _holds(self, row: ShadowRow) -> Session | None:
+        """The session's state here, when it is the state the row's previous step left."""
+        session = self.store.live(row.session_id)  # type: ignore[arg-type]
+        return session if session is not None and session.steps == row.steps - 1 else None
+
     def _sessions(self, rows: list[ShadowRow]) -> tuple[list[ShadowRow], np.ndarray, np.ndarray]:
-        """The rows the candidate can run, their slots and episode starts."""
+        """The rows the candidate can run, their slots and episode starts. A session whose
+        state is not held here at the row's previous step is read from the external store."""
+        store = self.store
+        if self.durable is not None:
+            missing = {row.session_id: row for row in rows
+                       if row.session_id is not None and not row.reset and self._holds(row) is None}
+            if missing:
+                for (session_id, row), data in zip(missing.items(), self.durable.read(list(missing)), strict=True):
+                    if data is not None:
+                        self.durable.adopt(store, session_id, data, row.steps - 1)
         kept: list[ShadowRow] = []
         slots: list[int] = []
         starts: list[bool] = []
-        store = self.store
         for row in rows:
             if row.session_id is None:
                 slot, start = STATELESS_SLOT, False
             else:
-                session = store.live(row.session_id)
                 if row.reset:
-                    session = session if session is not None else store.create(row.session_id)
+                    session = store.live(row.session_id) or store.create(row.session_id)
                     start = True
-                elif session is None:
-                    self.counts.unknown += 1
-                    continue
                 else:
+                    session = self._holds(row)
+                    if session is None:
+                        self.counts.unknown += 1
+                        continue
                     start = False
                 store.touch(session)
                 slot = session.slot
@@ -151,6 +165,24 @@ class ShadowRunner:
             slots.append(slot)
             starts.append(start)
         return kept, np.array(slots, np.int64), np.array(starts, bool)
+
+    def _advance(self, rows: list[ShadowRow]) -> None:
+        """Count the step in each session (the live session's count), write the sessions to
+        the external store, and let go of those whose episode ended."""
+        stepped: list[Session] = []
+        for row in rows:
+            if row.session_id is None:
+                continue
+            session = self.store.live(row.session_id)
+            if session is None:
+                continue
+            if row.end:
+                self.store.forget(session)
+            else:
+                session.steps = row.steps
+                stepped.append(session)
+        if self.durable is not None:
+            self.durable.write(self.store, stepped)
 
     def _masked(self, rows: list[ShadowRow], dist_inputs: np.ndarray) -> np.ndarray:
         layout = self.candidate.mask_layout

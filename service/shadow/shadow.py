@@ -40,7 +40,8 @@ class Shadow:
     def counts(self) -> dict[str, int]:
         queue, runner = self.queue.counts, self.runner.counts
         return {"scored": runner.scored, "dropped": queue.dropped, "skipped_broken": queue.skipped + runner.unknown,
-                "failed": runner.failed, "unwritten": runner.unwritten}
+                "failed": runner.failed, "unwritten": runner.unwritten,
+                "store_failures": 0 if self.runner.durable is None else self.runner.durable.failures}
 
     def describe(self) -> dict[str, Any]:
         model, _, version = self.live.rpartition("@")
@@ -49,4 +50,5 @@ class Shadow:
                 "candidate": {"model": cand_model, "version": cand_version},
                 "queue_rows": self.queue.capacity, "queue_depth": len(self.queue),
                 "state": "running" if self.stopped is None else "stopped", "stopped_because": self.stopped,
-                "shadow_sessions": len(self.runner.store), "counts": self.counts()}
+                "shadow_sessions": len(self.runner.store), "counts": self.counts(),
+                "state_store": "external" if self.runner.durable is not None else "this process"}

@@ -146,7 +146,8 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
     episodes = _play(client, "live")
     rows = SESSIONS * STEPS
     counts = _wait(lambda: (c := _shadow(client)["counts"])["scored"] >= rows and c, show=lambda: _shadow(client))
-    assert counts == {"scored": rows, "dropped": 0, "skipped_broken": 0, "failed": 0, "unwritten": 0}
+    assert counts == {"scored": rows, "dropped": 0, "skipped_broken": 0, "failed": 0, "unwritten": 0,
+                      "store_failures": 0}
     reference = _reference(client, episodes)
     assert len(reference) == SESSIONS * (STEPS - 1)  # the terminated row is no step of the episode
 
