@@ -20,7 +20,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
+from bench_experience import second_version  # noqa: E402
 from bench_server import build_bundles, lstm_sessions, run_load, start_rlserve, stop  # noqa: E402
 
 TOKEN = "bench-shadow"
@@ -100,16 +100,6 @@ def paced(port: int, rate: float, c: int, args, rng) -> dict:
             "p99_ms": 1e3 * latencies[min(n - 1, int(n * 0.99))], "errors": len(errors)}
 
 
-def versions(repo: Path) -> None:
-    """The bench LSTM again as version 2 (the same weights: what is measured is the shadow's cost)."""
-    from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
-
-    shutil.copytree(repo / "lstm", repo / "lstm_v2")
-    data = json.loads((repo / "lstm_v2" / MANIFEST_NAME).read_text())
-    data["version"] = "2"
-    write_manifest(repo / "lstm_v2", data, list(data["files"]))
-
-
 def main() -> None:
     import numpy as np
 
@@ -130,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         build_bundles(repo)
-        versions(repo)
+        second_version(repo, "lstm")
         proc, port = start_rlserve(repo, {"RLSERVE_ADMIN_TOKEN": TOKEN})
         shadow = {"candidate": {"model": "lstm", "version": "1"}, "version": "2", "queue_rows": args.queue_rows}
         try:

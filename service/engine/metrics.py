@@ -260,12 +260,19 @@ class _ShadowCollector:
             "queue refused)", labels=["model", "version", "candidate", "outcome"])
         depth = GaugeMetricFamily("rlserve_shadow_queue_rows", "Rows waiting for a shadow candidate",
                                   labels=["model", "version", "candidate"])
+        failures = CounterMetricFamily(
+            "rlserve_shadow_store_failures", "Reads and writes of a shadow's state in the external session store "
+            "that failed (the shadow goes on with the state it holds)", labels=["model", "version", "candidate"])
         for model, version, candidate, counts, queued in self._stats():
             for outcome, value in counts.items():
-                rows.add_metric([model, version, candidate, outcome], value)
+                if outcome == "store_failures":
+                    failures.add_metric([model, version, candidate], value)
+                else:
+                    rows.add_metric([model, version, candidate, outcome], value)
             depth.add_metric([model, version, candidate], queued)
         yield rows
         yield depth
+        yield failures
 
     def describe(self):
         return []
