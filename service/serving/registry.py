@@ -24,10 +24,10 @@ from rlserve.service.serving.loading import discover_bundles, fingerprint, load_
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
 from rlserve.service.serving.shadowing import ShadowControl
-from rlserve.service.shadow.shadow import Shadow
 from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
+from rlserve.service.shadow.shadow import Shadow
 
 log = logging.getLogger("rlserve.registry")
 

@@ -91,12 +91,13 @@ class ShadowControl:
         shadow = self.shadows.get(name)
         if shadow is None or shadow.stopped is not None:
             return
-        shadow.stop(reason)
+        stopped: Shadow = shadow
+        stopped.stop(reason)
         live = self._live.get(name)
-        if live is not None and live.step.shadow is shadow:
+        if live is not None and live.step.shadow is stopped:
             live.step.shadow = None
             live.preparer.keep_raw = live.step.recorder is not None
-        log.info("shadow: %s on %s stopped (%s)", shadow.candidate, shadow.live, reason)
+        log.info("shadow: %s on %s stopped (%s)", stopped.candidate, stopped.live, reason)
 
     def removed(self, policy: Policy) -> None:
         """``policy`` is being unloaded: stop the shadows it is the live version or the candidate of."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
+
 import numpy as np
 
 from rlserve.service.sessions.record import RecordError, encode_sessions
@@ -50,7 +52,8 @@ class DurableShadowState:
     def read(self, session_ids: list[str]) -> list[bytes | None]:
         """The records of ``session_ids`` (None where there is none, or the store failed)."""
         try:
-            return list(self._client.mget([self.key(s) for s in session_ids]))
+            found: list[Any] = self._client.mget([self.key(s) for s in session_ids])
+            return [value if isinstance(value, bytes) else None for value in found]
         except self._errors as exc:
             self._failed("read", exc)
             return [None] * len(session_ids)

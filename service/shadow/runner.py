@@ -157,11 +157,11 @@ class ShadowRunner:
                     session = store.live(row.session_id) or store.create(row.session_id)
                     start = True
                 else:
-                    session = self._holds(row)
-                    if session is None:
+                    held = self._holds(row)
+                    if held is None:
                         self.counts.unknown += 1
                         continue
-                    start = False
+                    session, start = held, False
                 store.touch(session)
                 slot = session.slot
             kept.append(row)

@@ -87,7 +87,8 @@ def test_a_sessions_shadow_state_survives_a_sigkill(tmp_path, tmp_path_factory, 
     # The live session went on in Redis: the same answers as the uninterrupted episode.
     assert [a["action"] for a in killed] == [a["action"] for a in whole]
     scores = {row["event_id"]: row for row in reader.shadow_scores(log, "lstm").to_pylist()}
-    after = [(scores[k["event_id"]], scores[w["event_id"]]) for k, w in list(zip(killed, whole, strict=True))[KILL_AFTER:]]
+    pairs = list(zip(killed, whole, strict=True))[KILL_AFTER:]
+    after = [(scores[k["event_id"]], scores[w["event_id"]]) for k, w in pairs]
     assert len(after) == STEPS - KILL_AFTER
     for restarted, uninterrupted in after:
         assert restarted["logp"] == pytest.approx(uninterrupted["logp"], rel=1e-6, abs=1e-6)

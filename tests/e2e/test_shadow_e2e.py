@@ -62,7 +62,8 @@ def test_bad_shadows_are_refused_naming_the_field(served):
     error = other.json()["error"]
     assert error["field"] == "candidate"
     assert list(error["expected"]) == ["action_space"] and list(error["received"]) == ["action_space"]
-    assert error["expected"]["action_space"]["type"] == "Box" and error["received"]["action_space"]["type"] == "Discrete"
+    assert error["expected"]["action_space"]["type"] == "Box"
+    assert error["received"]["action_space"]["type"] == "Discrete"
     unknown = _put(client, {"candidate": {"model": "nope"}})
     assert (unknown.status_code, unknown.json()["error"]["field"]) == (404, "candidate.model")
     version = _put(client, {"candidate": {"model": "lstm", "version": "9"}})
@@ -168,7 +169,8 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
     live_logp = {s["answer"]["event_id"]: s["answer"]["logp"] for e in episodes for s in e if "event_id" in s["answer"]}
     assert max(abs(scores[k]["logp"] - live_logp[k]) for k in reference) > 1e-3
     metrics = client.get("/metrics").text
-    assert f'rlserve_shadow_rows_total{{candidate="lstm@2",model="lstm",outcome="scored",version="1"}} {rows}.0' in metrics
+    scored = 'rlserve_shadow_rows_total{candidate="lstm@2",model="lstm",outcome="scored",version="1"}'
+    assert f"{scored} {rows}.0" in metrics
 
     # The reader joins the scores to the transitions once they are written.
     def joined():
