@@ -50,6 +50,11 @@ def _wait(predicate, timeout: float = 30.0):
     raise AssertionError("timed out")
 
 
+def _written(log) -> set[str]:
+    table = reader.shadow_scores(log, "lstm") if log.exists() else None
+    return set() if table is None else set(table.column("event_id").to_pylist())
+
+
 def _step(url: str, sid: str, t: int) -> dict:
     answer = httpx.post(f"{url}/v1/models/lstm/act", json=_body(sid, t), timeout=30)
     assert answer.status_code == 200, answer.text
@@ -74,6 +79,8 @@ def test_a_sessions_shadow_state_survives_a_sigkill(tmp_path, tmp_path_factory, 
         whole = [_step(server.url, "whole", t) for t in range(STEPS)]
         killed = [_step(server.url, "killed", t) for t in range(KILL_AFTER)]
         _wait(lambda: _scored(server.url) == STEPS + KILL_AFTER)
+        # The uninterrupted episode's scores on disk before the kill (a roll writes them within ~0.25 s).
+        _wait(lambda: {a["event_id"] for a in whole} <= _written(log))
         server.kill()  # SIGKILL: no shutdown of any kind
         server = ServerProcess(env, port=server.port).start()
         killed += [_step(server.url, "killed", t) for t in range(KILL_AFTER, STEPS)]
