@@ -9,7 +9,12 @@ shared and its load drifts); with two or more CPUs the servers run on CPU 0 and 
 generator on CPU 1, as bench_server.py pins them. After the rounds it prints what the log
 wrote and dropped (its Prometheus counters).
 
-    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 64]
+With ``--model lstm`` the steps are the bench LSTM 256's (one session per connection);
+with ``--shadow`` the "on" server also runs a shadow candidate (the same model as version
+2, ``RLSERVE_SHADOW``), whose scores of every logged step go to the log's ``shadow/`` table:
+the log with the shadow's columns against no log and no shadow.
+
+    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 16 64] [--model lstm] [--shadow]
 """
 
 from __future__ import annotations
@@ -36,15 +41,20 @@ from bench_sessions import load  # noqa: E402
 EPISODE = 100  # steps per episode
 
 
-def mlp_sessions(c: int, rng) -> list[list[bytes]]:
-    """One session per connection, replaying episodes of ``EPISODE`` steps."""
+def sessions(model: str):
+    """Connections of ``model``'s session steps: one session per connection, replaying
+    episodes of ``EPISODE`` steps."""
+    return lambda c, rng: _sessions(model, c, rng)
+
+
+def _sessions(model: str, c: int, rng) -> list[list[bytes]]:
     out = []
     for k in range(c):
         sid = f"exp-{k}-{rng.integers(1 << 30)}"
 
         def body(extra: dict, sid: str = sid) -> bytes:
-            return _request("/v1/models/mlp/act", json.dumps({"observation": obs_row(rng), "session_id": sid,
-                                                                **extra}).encode())
+            return _request(f"/v1/models/{model}/act", json.dumps({"observation": obs_row(rng), "session_id": sid,
+                                                                     **extra}).encode())
 
         steps = [body({"reward": 1.0}) for _ in range(8)]
         episode = ([body({"episode_start": True})] + [steps[i % 8] for i in range(EPISODE - 1)]
@@ -58,13 +68,13 @@ def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[
     and the ratio of server CPU per request (off / on: the share of CPU the log leaves to
     serving, which other load on a shared machine disturbs less than req/s)."""
     ratios, cpu_ratios = [], []
-    print(f"\nMLP 1 obs session steps, experience log on / off (c={c}, {args.rounds} rounds of "
-          f"{args.duration:g} s a side)")
+    print(f"\n{args.model} 1 obs session steps, experience log{' + shadow' if args.shadow else ''} on / off "
+          f"(c={c}, {args.rounds} rounds of {args.duration:g} s a side)")
     for i in range(args.rounds):
         got = {}
         for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
             proc, port = on if side == "on" else off
-            got[side] = load(port, mlp_sessions, c, args, rng, proc.pid)
+            got[side] = load(port, sessions(args.model), c, args, rng, proc.pid)
         ratios.append(got["on"]["req_s"] / got["off"]["req_s"])
         cpu_ratios.append(got["off"]["cpu_us"] / got["on"]["cpu_us"])
         print(f"  round {i + 1}: {got['on']['req_s']:7.0f} vs {got['off']['req_s']:7.0f} req/s  ratio "
@@ -77,8 +87,20 @@ def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[
 def counters(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    found = re.findall(r'^(rlserve_experience_[a-z_]+)(\{[^}]*\})? (\S+)$', text, re.M)
+    found = re.findall(r'^(rlserve_(?:experience|shadow)_[a-z_]+)(\{[^}]*\})? (\S+)$', text, re.M)
     return {f"{name}{labels}": float(value) for name, labels, value in found if not name.endswith("_created")}
+
+
+def second_version(repo: Path, model: str) -> None:
+    """``model`` again as version 2 (current: sessions go to it; version 1 shadows it)."""
+    import shutil
+
+    from rlserve.models.export.bundle import MANIFEST_NAME, write_manifest
+
+    shutil.copytree(repo / model, repo / f"{model}_v2")
+    data = json.loads((repo / f"{model}_v2" / MANIFEST_NAME).read_text())
+    data["version"] = "2"
+    write_manifest(repo / f"{model}_v2", data, list(data["files"]))
 
 
 def main() -> None:
@@ -88,7 +110,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64])
+    parser.add_argument("--model", choices=["mlp", "lstm"], default="mlp")
+    parser.add_argument("--shadow", action="store_true", help="the log's side runs a shadow candidate too")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -99,13 +123,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         build_bundles(work / "repo")
-        on = start_rlserve(work / "repo", {"RLSERVE_EXPERIENCE_LOG": str(work / "log")})
+        log_env = {"RLSERVE_EXPERIENCE_LOG": str(work / "log")}
+        if args.shadow:
+            second_version(work / "repo", args.model)
+            log_env["RLSERVE_SHADOW"] = json.dumps({args.model: {"candidate": f"{args.model}@1", "version": "2"}})
+        on = start_rlserve(work / "repo", log_env)
         off = start_rlserve(work / "repo", {})
         try:
-            ratios, cpu_ratios = paired(on, off, args.concurrency, args, rng)
-            print(f"\nlog on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
-                  f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
-                  f"median {statistics.median(cpu_ratios):.2f}")
+            for c in args.concurrency:
+                ratios, cpu_ratios = paired(on, off, c, args, rng)
+                print(f"c={c}: log on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
+                      f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
+                      f"median {statistics.median(cpu_ratios):.2f}")
             for name, value in sorted(counters(on[1]).items()):
                 print(f"  {name} {value:.0f}")
         finally:

@@ -115,11 +115,13 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
             _load_models(registry, repository, settings)
         registry.load_checkpoints(settings.checkpoints)
         registry.load_policy_sets(settings.policy_sets, _mapping(settings))
+        registry.start_shadows(settings.shadow)
     for name in registry.unapplied_splits():
         log.warning("RLSERVE_CANARY names model %r, whose versions %s are not all loaded: its split applies once "
                     "they are", name, sorted(settings.canary[name]))
     metrics.watch_sessions(registry.session_counts)
     metrics.watch_queues(registry.queued_rows)
+    metrics.watch_shadows(registry.shadows.stats)
     access_log = AccessLog(settings.access_log, settings.access_log_format)
     service = ActService(registry, metrics, access_log=access_log.enabled)
     infer_service = InferService(service)
@@ -202,6 +204,7 @@ async def _lifespan(app: RLServeApp):
             await grpc_server.stop(GRPC_GRACE_S)
         for task in tasks:
             task.cancel()
+        await asyncio.to_thread(app.state.registry.shadows.close)  # their threads stop before the runtimes go
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
         if app.state.experience is not None:  # the batchers stopped: write what the log holds

@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     experience_roll_s: float = Field(60.0, gt=0.0)  # the longest a row waits in memory for its file
     experience_roll_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # or this many bytes
     experience_flush_s: float = Field(1.0, ge=0.0)  # an ended episode is written this soon
+    # Shadows started once the models are loaded (docs/api.md, "Shadow"): JSON
+    # {"live model": {"candidate": "model[@version]", "version"?: "live version", "queue_rows"?: N}}.
+    shadow: dict[str, dict[str, Any]] = {}
 
     # A traffic split per model between its versions (docs/rollout.md; JSON {"model":
     # {"version": weight}}), applied when every version it names is loaded; the admin API
@@ -263,6 +266,19 @@ class Settings(BaseSettings):
                 or episodes is None or episodes != int(episodes) or not 1 <= episodes <= 1e9:
             raise ValueError("{\"margin\": a return difference >= 0, \"min_episodes\": an integer >= 1}; "
                              f"got {value}")
+        return value
+
+    @field_validator("shadow")
+    @classmethod
+    def _shadows(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, shadow in value.items():
+            unknown = sorted(set(shadow) - {"candidate", "version", "queue_rows"})
+            candidate, rows = shadow.get("candidate"), shadow.get("queue_rows", 1)
+            if unknown or not isinstance(candidate, str) or not candidate:
+                raise ValueError(f"{name!r}: an object with 'candidate' (\"model\" or \"model@version\") and "
+                                 f"optionally 'version' and 'queue_rows'; received {shadow!r}")
+            if not isinstance(shadow.get("version", ""), str) or not isinstance(rows, int) or rows < 1:
+                raise ValueError(f"{name!r}: 'version' a string and 'queue_rows' an integer >= 1; received {shadow!r}")
         return value
 
     @field_validator("admin_token")

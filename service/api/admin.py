@@ -1,4 +1,4 @@
-"""Admin API: list, load (repository path or uploaded archive), unload, metadata.
+"""Admin API: list, load (repository path or uploaded archive), unload, metadata, shadows.
 
 Disabled (404 ``admin_disabled``) unless ``RLSERVE_ADMIN_TOKEN`` is set; then every call
 needs ``Authorization: Bearer <token>`` (401 without it, 403 with a wrong one).
@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 
 from rlserve.service.act.body import body_chunks
-from rlserve.service.api.bodies import body_limit, parse_json, read_body, validate
+from rlserve.service.api.bodies import body_limit, parse_json, read_body, read_model, validate
 from rlserve.service.api.openapi import errors
-from rlserve.service.api.schemas import Loaded, LoadFromPath, Unloaded
+from rlserve.service.api.schemas import Loaded, LoadFromPath, StartShadow, Unloaded
 from rlserve.service.errors import (
     AdminDisabled,
     BadRequest,
@@ -188,3 +188,26 @@ async def unload_model(name: str, request: Request) -> Unloaded:
 @router.delete("/models/{name}/versions/{version}", response_model=Unloaded, summary="Unload one version")
 async def unload_version(name: str, version: str, request: Request) -> Unloaded:
     return Unloaded(name=name, versions=await _registry(request).remove(name, version))
+
+
+@router.put("/models/{name}/shadow", summary="Run a candidate on a live version's traffic (its answers never "
+            "returned; its scores of logged steps go to the experience log's shadow/ table)",
+            responses=errors(400, 404, 422, e422="The candidate's spaces differ from the live model's, or "
+                                                 "queue_rows is not positive"),
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/json": {"schema": StartShadow.model_json_schema()}}}})
+async def start_shadow(name: str, request: Request) -> dict[str, Any]:
+    body = await read_model(request, StartShadow)
+    shadow = _registry(request).start_shadow(name, body.version, body.candidate.model, body.candidate.version,
+                                             body.queue_rows)
+    return shadow.describe()
+
+
+@router.get("/models/{name}/shadow", summary="The model's shadow: candidate, queue, rows scored, dropped, skipped")
+async def get_shadow(name: str, request: Request) -> dict[str, Any]:
+    return _registry(request).shadows.get(name).describe()
+
+
+@router.delete("/models/{name}/shadow", summary="Stop and remove the model's shadow")
+async def delete_shadow(name: str, request: Request) -> dict[str, Any]:
+    return _registry(request).shadows.delete(name).describe()

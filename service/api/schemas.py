@@ -154,3 +154,15 @@ class Loaded(BaseModel):
 class Unloaded(BaseModel):
     name: str
     versions: list[str]
+
+
+class ShadowCandidate(_Strict):
+    model: Text = Field(..., description="A loaded model: the live one (another version) or one with the same spaces")
+    version: Version | None = Field(None, description="Its version (default: its current one)")
+
+
+class StartShadow(_Strict):
+    candidate: ShadowCandidate
+    version: Version | None = Field(None, description="The live version shadowed (default: the current one)")
+    queue_rows: int = Field(4096, description="Rows waiting for the candidate; past this, rows are dropped "
+                                              "(counted) and their sessions skipped until their next episode")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from rlserve.service.engine.batcher import BatchInfo, Job
 
@@ -23,6 +23,8 @@ STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.0
 
 # (model, version, value) per loaded model version, read at scrape time.
 VersionCounts = Callable[[], Iterable[tuple[str, str, int]]]
+# (live model, live version, candidate, {outcome: rows}, queue depth) per shadow, read at scrape time.
+ShadowStats = Callable[[], Iterable[tuple[str, str, str, dict[str, int], int]]]
 
 
 class FastHistogram:
@@ -152,6 +154,8 @@ class Metrics:
                                              lambda: self._session_counts()))
         # What an autoscaler reads as load (docker/kubernetes/overlays/queue-hpa): rows accepted
         # but not yet in a batch; it grows only when the runtime cannot keep up.
+        self._shadow_stats: ShadowStats = lambda: ()
+        self.registry.register(_ShadowCollector(lambda: self._shadow_stats()))
         self.registry.register(_VersionGauge(
             "rlserve_queued_rows", "Observations waiting in the batcher's queue per model version",
             lambda: self._queued_rows()))
@@ -175,6 +179,9 @@ class Metrics:
 
     def watch_queues(self, rows: VersionCounts) -> None:
         self._queued_rows = rows
+
+    def watch_shadows(self, stats: ShadowStats) -> None:
+        self._shadow_stats = stats
 
     def batch_observer(self, model: str) -> Callable[[BatchInfo, Sequence[Job]], None]:
         """A ``Batcher`` observer for ``model`` with its label children bound once."""
@@ -233,6 +240,39 @@ class _VersionGauge:
         for model, version, value in self._counts():
             family.add_metric([model, version], value)
         yield family
+
+    def describe(self):
+        return []
+
+
+class _ShadowCollector:
+    """The shadows' counts (``rlserve.service.shadow``), read from them at scrape time: the
+    live path and the shadow's thread only add to plain integers."""
+
+    def __init__(self, stats: ShadowStats):
+        self._stats = stats
+
+    def collect(self):
+        rows = CounterMetricFamily(
+            "rlserve_shadow_rows", "Live rows a shadow candidate was offered, by outcome (scored: run; dropped: "
+            "its queue was full or it stopped; skipped_broken: a later row of a session broken by a drop, skipped "
+            "until its next episode; failed: a candidate batch raised; unwritten: scores the experience log's "
+            "queue refused)", labels=["model", "version", "candidate", "outcome"])
+        depth = GaugeMetricFamily("rlserve_shadow_queue_rows", "Rows waiting for a shadow candidate",
+                                  labels=["model", "version", "candidate"])
+        failures = CounterMetricFamily(
+            "rlserve_shadow_store_failures", "Reads and writes of a shadow's state in the external session store "
+            "that failed (the shadow goes on with the state it holds)", labels=["model", "version", "candidate"])
+        for model, version, candidate, counts, queued in self._stats():
+            for outcome, value in counts.items():
+                if outcome == "store_failures":
+                    failures.add_metric([model, version, candidate], value)
+                else:
+                    rows.add_metric([model, version, candidate, outcome], value)
+            depth.add_metric([model, version, candidate], queued)
+        yield rows
+        yield depth
+        yield failures
 
     def describe(self):
         return []

@@ -6,7 +6,8 @@
 
 ``summary`` prints, per model: transitions, episodes (whole ones: every step from the first
 observation to the last), the return of each episode, the versions that served them, and
-how many steps were taken with ``explore`` off, and the delayed rewards (those whose event id
+how many steps were taken with ``explore`` off, the steps a shadow candidate scored, and
+the delayed rewards (those whose event id
 no logged step has change nothing, and are counted). ``to-json`` writes RLlib's old-stack JSON
 format (one ``SampleBatch`` per line, one per episode; ``input_="OUT"`` with the old API
 stack's ``JsonReader``).
@@ -75,6 +76,9 @@ def summarize(root: Path, model: str) -> dict[str, Any]:
     events = reader.read_form(root, model, "rewards")
     rewarded = [] if events is None else events.column("event_id").to_pylist()
     logged = {info["event_id"] for info in infos} | {i for episode in episodes for i in episode.event_ids}
+    scores = reader.shadow_scores(root, model)
+    scored = [] if scores is None else scores.column("event_id").to_pylist()
+    transition_ids = {info["event_id"] for info in infos}
     return {
         "transitions": 0 if table is None else table.num_rows,
         "episodes": len({e.eps_id for e in episodes}),
@@ -87,6 +91,10 @@ def summarize(root: Path, model: str) -> dict[str, Any]:
         "delayed_rewards": len(rewarded),
         # Rewards for event ids no logged step has (never served, or served unlogged): they change nothing.
         "unmatched_rewards": sum(event_id not in logged for event_id in rewarded),
+        # Transitions a shadow candidate scored (shadow/, joined by event id), and per candidate its scores.
+        "shadowed_steps": len(transition_ids.intersection(scored)),
+        "shadow_candidates": dict(sorted(Counter([] if scores is None
+                                                 else scores.column("candidate").to_pylist()).items())),
     }
 
 
@@ -97,6 +105,9 @@ def _text(report: dict[str, dict[str, Any]]) -> str:
                      f"({facts['whole_episodes']} whole, {facts['unfinished_or_partial']} unfinished or partial)")
         versions = ", ".join(f"{v} ({n} steps)" for v, n in facts["versions"].items()) or "none"
         lines.append(f"  versions: {versions}; steps with explore off: {facts['steps_without_explore']}")
+        if facts["shadow_candidates"]:
+            candidates = ", ".join(f"{c} ({n} scores)" for c, n in facts["shadow_candidates"].items())
+            lines.append(f"  shadowed steps: {facts['shadowed_steps']}; candidates: {candidates}")
         if facts["mean_return"] is not None:
             lines.append(f"  mean return of whole episodes: {facts['mean_return']}")
         if facts["delayed_rewards"]:

@@ -1,7 +1,9 @@
-"""Reading a log folder back: transitions, episodes joined from their segments, rewards.
+"""Reading a log folder back: transitions, episodes joined from their segments, rewards,
+shadow scores.
 
 A log holds per model ``columns/`` (one row per transition), ``episodes/`` (one row per
-episode segment) and ``rewards/`` (delayed rewards) written by any number of replicas.
+episode segment), ``rewards/`` (delayed rewards) and ``shadow/`` (a shadow candidate's
+scores of logged steps, by event id) written by any number of replicas.
 A transition is identified by (``eps_id``, ``t``); an episode's segments by ``eps_id`` and
 ``t_started``. Readers here sort by those, so the files' order and which replica wrote
 what never matter, and apply the delayed rewards (``rlserve.service.experience.rewards``).
@@ -17,9 +19,11 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]  # ships no type information
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
-FORMS = ("columns", "episodes", "rewards")
+FORMS = ("columns", "episodes", "rewards", "shadow")
+SHADOW_COLUMNS = ("candidate", "logp", "actions", "dist_inputs", "time")
 
 
 def models(root: Path) -> list[str]:
@@ -46,6 +50,42 @@ def transitions(root: Path, model: str) -> pa.Table | None:
         event_ids = [info["event_id"] for info in table.column("infos").to_pylist()]
         rewards = apply_rewards(event_ids, table.column("rewards").to_numpy(), events)
         table = table.set_column(table.schema.get_field_index("rewards"), "rewards", pa.array(rewards, pa.float64()))
+    return table
+
+
+def shadow_scores(root: Path, model: str) -> pa.Table | None:
+    """The shadow candidates' scores of ``model``'s logged steps (``shadow/``), one row per
+    (step, candidate): ``event_id``, ``candidate``, ``logp``, ``actions``, ``dist_inputs``,
+    ``time`` (docs/experience.md)."""
+    return read_form(root, model, "shadow")
+
+
+def transitions_with_shadow(root: Path, model: str, candidate: str | None = None) -> pa.Table | None:
+    """``transitions`` with the shadow's columns joined by event id as ``shadow_candidate``,
+    ``shadow_logp``, ``shadow_actions``, ``shadow_dist_inputs``, ``shadow_time``: null on
+    steps the shadow did not score (dropped, skipped, or no shadow then). ``candidate``
+    (``"<model>@<version>"``) picks one candidate's scores where several shadowed the model;
+    else a step scored twice keeps its latest score."""
+    table = transitions(root, model)
+    if table is None:
+        return None
+    scores = shadow_scores(root, model)
+    if scores is not None and candidate is not None:
+        scores = scores.filter(pa.compute.equal(scores.column("candidate"), candidate))
+    if scores is None or not len(scores):
+        scores = None
+    where: dict[str, int] = {}
+    if scores is not None:
+        for index, event_id in enumerate(scores.column("event_id").to_pylist()):
+            where[event_id] = index  # the later file wins
+    event_ids = [info["event_id"] for info in table.column("infos").to_pylist()]
+    picks = [where.get(event_id) for event_id in event_ids]
+    for name in SHADOW_COLUMNS:
+        if scores is None:
+            column = pa.nulls(len(table), pa.null())
+        else:
+            column = scores.column(name).take(pa.array(picks, pa.int64()))
+        table = table.append_column(f"shadow_{name}", column)
     return table
 
 

@@ -83,7 +83,7 @@ class Recorder:
                 continue
             row = output.start + offset
             end = step.ends[offset] if step.ends is not None else 0
-            obs = self._pack_obs(_observation(step, offset))
+            obs = self._pack_obs(observation(step, offset))
             previous, fresh = self._previous(step, offset, session)
             if previous is None and fresh and session.trail not in (None, NOT_SAMPLED):
                 unfinished += 1  # an episode restarted before its last step was closed
@@ -125,7 +125,7 @@ class Recorder:
         return self.rate >= 1.0 or self._sample() < self.rate
 
 
-def _observation(step: Any, offset: int) -> Any:
+def observation(step: Any, offset: int) -> Any:
     """Row ``offset``'s observation as received (the model input if it was not kept)."""
     if step.obs is None:
         return step.obs_row

@@ -59,6 +59,19 @@ def _raw(value: Any, dtype: np.dtype) -> bytes:
     return np.ascontiguousarray(value, dtype=dtype).tobytes()
 
 
+class ShadowScore(msgspec.Struct, gc=False):
+    """What a shadow candidate computed for one logged step (``event_id``): the logp of the
+    action actually taken in its own distribution, its own action (packed, see ``packer``)
+    and its dist inputs (float32 bytes). Written to ``shadow/`` (``tables.shadow_table``)."""
+
+    event_id: str
+    candidate: str  # "<model>@<version>"
+    logp: float  # NaN where the candidate's distribution defines none
+    action: Any
+    dist_inputs: bytes  # (N,) float32
+    time: float
+
+
 @dataclass(slots=True)
 class RewardEvent:
     """A reward or correction for a logged step (``event_id``), reported later."""

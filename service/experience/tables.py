@@ -8,6 +8,9 @@ extra model output of the step (``action_logp``, ``actions_for_env``, ``explore`
 learner may batch as tensors, so those are numeric, and the strings and nullable values
 (model, version, event id, time, value) sit in ``infos``.
 
+Shadow scores (one row per logged step a shadow candidate scored, ``rlserve.service.shadow``):
+``event_id`` joins them to the columns form's ``infos.event_id``.
+
 Episodes form (one row per episode segment): ``item`` holds the segment's
 ``SingleAgentEpisode.get_state()`` msgpack-encoded (``rlserve.service.experience.episode_state``),
 what RLlib reads with ``input_read_episodes=True``; the other columns repeat what a reader
@@ -26,6 +29,7 @@ from rlserve.service.experience.records import (
     Fields,
     ModelLog,
     RewardEvent,
+    ShadowScore,
     Transition,
 )
 
@@ -114,6 +118,27 @@ def rewards_table(events: list[RewardEvent]) -> pa.Table:
         "mode": pa.array([e.mode for e in events], pa.string()),
         "time": pa.array([e.time for e in events], pa.float64()),
     }, schema=REWARDS_SCHEMA)
+
+
+def shadow_schema(model: ModelLog) -> pa.Schema:
+    return pa.schema([("event_id", pa.string()), ("candidate", pa.string()), ("logp", pa.float64()),
+                      ("actions", space_columns.arrow_type(model.action_space)),
+                      ("dist_inputs", pa.list_(pa.float32())), ("time", pa.float64())])
+
+
+def shadow_table(model: ModelLog, scores: list[ShadowScore]) -> pa.Table:
+    """A shadow candidate's scores of logged steps, joined to ``columns/`` by ``event_id``."""
+    widths = np.fromiter((len(s.dist_inputs) // 4 for s in scores), np.int32, len(scores))
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int32)
+    values = np.frombuffer(b"".join(s.dist_inputs for s in scores), np.float32)
+    return pa.table({
+        "event_id": pa.array([s.event_id for s in scores], pa.string()),
+        "candidate": pa.array([s.candidate for s in scores], pa.string()),
+        "logp": pa.array(np.array([s.logp for s in scores], np.float64)),
+        "actions": space_columns.arrow_array(model.action_space, [s.action for s in scores]),
+        "dist_inputs": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+        "time": pa.array(np.array([s.time for s in scores], np.float64)),
+    }, schema=shadow_schema(model))
 
 
 def _nullable(values: np.ndarray) -> pa.Array:

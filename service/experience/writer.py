@@ -7,6 +7,7 @@ so a slow or failing disk never slows or fails a request. The thread keeps per m
 - the transitions not yet written (the columns form: one row per transition),
 - each episode's open segment (the episodes form: one row per segment), and
 - the delayed rewards reported for logged steps,
+- a shadow candidate's scores of logged steps (``rlserve.service.shadow``),
 
 and writes them (``rlserve.service.experience.files``, atomically) when an episode ended
 and ``flush_s`` passed since the last write, when ``roll_s`` passed since the oldest row
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.service.experience import files
-from rlserve.service.experience.records import ModelLog, RewardEvent, Transition, row_bytes
+from rlserve.service.experience.records import ModelLog, RewardEvent, ShadowScore, Transition, row_bytes
 
 log = logging.getLogger("rlserve.experience")
 
@@ -51,6 +52,7 @@ class _Buffer:
     open: dict[str, list[Transition]] = field(default_factory=dict)
     finished: list[list[Transition]] = field(default_factory=list)
     rewards: list[RewardEvent] = field(default_factory=list)
+    shadow: list[ShadowScore] = field(default_factory=list)
     nbytes: int = 0
     since: float | None = None  # monotonic time the oldest waiting row arrived
     ended: bool = False  # an episode ended since the last write
@@ -75,7 +77,7 @@ class _Buffer:
             self.ended = True
 
     def empty(self) -> bool:
-        return not (self.rows or self.open or self.finished or self.rewards)
+        return not (self.rows or self.open or self.finished or self.rewards or self.shadow)
 
 
 class ExperienceWriter:
@@ -120,6 +122,10 @@ class ExperienceWriter:
 
     def offer_rewards(self, model: ModelLog, events: list[RewardEvent]) -> bool:
         return self._put(model, events, len(events))
+
+    def offer_shadow(self, model: ModelLog, scores: list[ShadowScore]) -> bool:
+        """Queue a shadow candidate's scores (the shadow's thread); False when dropped."""
+        return self._put(model, scores, len(scores))
 
     def note_unfinished(self, count: int) -> None:
         """Episodes restarted before their last step was closed: that step is not logged."""
@@ -184,8 +190,8 @@ class ExperienceWriter:
             self._taken += count
             buffer = self._buffers.setdefault(model, _Buffer())
             now = self._clock()
-            if items and isinstance(items[0], RewardEvent):
-                buffer.rewards.extend(items)
+            if items and isinstance(items[0], RewardEvent | ShadowScore):
+                (buffer.rewards if isinstance(items[0], RewardEvent) else buffer.shadow).extend(items)
                 buffer.since = now if buffer.since is None else buffer.since
                 continue
             size = row_bytes(model)
@@ -208,8 +214,8 @@ class ExperienceWriter:
         if cut:
             buffer.finished.extend(buffer.open.values())
             buffer.open.clear()
-        rows, segments, rewards = buffer.rows, buffer.finished, buffer.rewards
-        buffer.rows, buffer.finished, buffer.rewards = [], [], []
+        rows, segments, rewards, shadow = buffer.rows, buffer.finished, buffer.rewards, buffer.shadow
+        buffer.rows, buffer.finished, buffer.rewards, buffer.shadow = [], [], [], []
         buffer.nbytes, buffer.ended = 0, False
         buffer.since = self._clock() if buffer.open else None
         self._last_write = self._clock()
@@ -219,6 +225,8 @@ class ExperienceWriter:
             self._emit(model, "episodes", lambda: tables.episodes_table(model, segments), len(segments))
         if rewards:
             self._emit(model, "rewards", lambda: tables.rewards_table(rewards), len(rewards))
+        if shadow:
+            self._emit(model, "shadow", lambda: tables.shadow_table(model, shadow), len(shadow))
 
     def _emit(self, model: ModelLog, form: str, build: Callable[[], Any], count: int) -> None:
         self._seq += 1

@@ -18,16 +18,18 @@ from rlserve.models.export.names import NAME_RULE, SERVED_NAME, name_problem
 from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.engine.live_results import LiveResults
 from rlserve.service.engine.metrics import Metrics
-from rlserve.service.errors import BundleInvalid, ModelNotFound, VersionConflict, quoted
+from rlserve.service.errors import BundleInvalid, ModelNotFound, ServiceError, VersionConflict, quoted
 from rlserve.service.experience.log import ExperienceLog
 from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
 from rlserve.service.serving.traffic import Guard, Traffic, check_weights
+from rlserve.service.serving.shadowing import ShadowControl
 from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
+from rlserve.service.shadow.shadow import Shadow
 
 log = logging.getLogger("rlserve.registry")
 
@@ -80,6 +82,7 @@ class ModelRegistry:
             metrics.registry.register(self.live)
         guard = settings.canary_guard
         self.guard = None if guard is None else Guard(float(guard["margin"]), int(guard["min_episodes"]))
+        self.shadows = ShadowControl(settings, experience)  # shadow candidates on live versions
 
     def load_policy(self, path: Path, *, shown: str | None = None, label: str | None = None,
                     name: str | None = None) -> Policy:
@@ -200,6 +203,7 @@ class ModelRegistry:
             policy = entry.versions.pop(v)
             entry.traffic.unloaded(v)  # its weight goes, the others renormalise
             entry.sessions.retire(v)  # its sessions end: their ids answer 410
+            self.shadows.removed(policy)
             await policy.close()  # an uploaded archive's unpacked files go with it
             log.info("unloaded %s", policy.key)
         if not entry.versions:
@@ -207,6 +211,31 @@ class ModelRegistry:
         elif entry.current not in entry.versions:
             entry.current = next(reversed(entry.versions))
         return versions
+
+    def start_shadow(self, name: str, version: str | None, candidate: str, candidate_version: str | None,
+                     queue_rows: int) -> Shadow:
+        """Shadow ``name`` (``version``, default its current one) with the loaded model
+        ``candidate`` (``candidate_version``, default its current one); 404 naming the
+        field for an unknown model or version."""
+        live = self.entry(name).policy(version)
+        try:
+            other = self.entry(candidate).policy(candidate_version)
+        except ModelNotFound as exc:
+            exc.field = f"candidate.{exc.field}"
+            raise
+        return self.shadows.start(live, other, queue_rows)
+
+    def start_shadows(self, shadows: dict[str, dict]) -> None:
+        """The shadows of ``RLSERVE_SHADOW``, once the models are loaded; one that cannot
+        start (an unknown model or version, other spaces) is logged and listed with the
+        bundles that failed to load (``/readyz``), and the others run."""
+        for name, spec in shadows.items():
+            candidate, _, version = spec["candidate"].partition("@")
+            try:
+                self.start_shadow(name, spec.get("version"), candidate, version or None, spec.get("queue_rows", 4096))
+            except ServiceError as exc:
+                self.failures[f"RLSERVE_SHADOW[{name}]"] = exc.message
+                log.error("shadow of %s not started: %s", name, exc.message)
 
     def load_repository(self, root: Path) -> None:
         """Load every bundle under ``root``; failures are logged and listed, not fatal."""

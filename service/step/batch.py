@@ -39,6 +39,13 @@ class Recorder(Protocol):
     def emit(self, steps: list[Step], stands: list[bool]) -> None: ...
 
 
+class ShadowFeed(Protocol):
+    """What the batch step feeds a shadow candidate (``rlserve.service.shadow``): the steps
+    whose answers stand, with their ``StepOutput``s; it only queues them."""
+
+    def offer(self, steps: list[Step], results: list[StepOutput]) -> None: ...
+
+
 class BatchStep:
     """Runs batches of one model version: its runtime, pipeline and session store."""
 
@@ -62,6 +69,9 @@ class BatchStep:
         # The experience log's recorder (``rlserve.service.experience.recorder``) when it
         # records this model: fed the session rows of every batch, after it acted.
         self.recorder: Recorder | None = None
+        # A shadow candidate running on this version's traffic (``rlserve.service.shadow``):
+        # fed after the recorder, once the answers stand; it never changes an answer.
+        self.shadow: ShadowFeed | None = None
 
     def run(self, steps: list[Step]) -> list[Any]:
         """One result per step: its ``StepOutput``; for a step index that does not fit the
@@ -114,6 +124,8 @@ class BatchStep:
             # Before an external store writes the sessions (their records carry the open
             # step); its transitions go out once no commit can refuse them (``after_batch``).
             self.recorder.record(steps, results, emit=not self.sessions.durable)
+        if self.shadow is not None and not self.sessions.durable:
+            self.shadow.offer(steps, results)
         return results
 
     def _begin(self, steps: list[Step]) -> None:
@@ -183,9 +195,13 @@ class BatchStep:
         except BaseException:
             self.sessions.discard([s for step in steps for s in _session_group(step)])
             raise
-        if self.recorder is not None:
-            self.recorder.emit(steps, [isinstance(r, StepOutput) and e is None
-                                       for r, e in zip(results, errors, strict=True)])
+        if self.recorder is not None or self.shadow is not None:
+            stands = [isinstance(r, StepOutput) and e is None for r, e in zip(results, errors, strict=True)]
+            if self.recorder is not None:
+                self.recorder.emit(steps, stands)
+            if self.shadow is not None:
+                self.shadow.offer([s for s, ok in zip(steps, stands, strict=True) if ok],
+                                  [r for r, ok in zip(results, stands, strict=True) if ok])
         return [result if error is None else error for result, error in zip(results, errors, strict=True)]
 
     async def _confirm(self, steps: list[Step], results: list[Any], run: RunFn) -> list[Any]:

@@ -55,8 +55,9 @@ TORCH_SIDE = (
     "models/traced/*.py",
 )
 # The external session store's client (imported only when RLSERVE_SESSION_STORE is set).
-# The start-up check pings the configured store (service/startup.py, only with a store set).
-REDIS_SIDE = ("service/sessions/redis_client.py", "service/startup.py")
+# The start-up check pings the configured store (service/startup.py, only with a store set);
+# a shadow keeps its per-session state there (service/shadow/durable.py, only with a store set).
+REDIS_SIDE = ("service/sessions/redis_client.py", "service/startup.py", "service/shadow/durable.py")
 # The Open Inference Protocol's gRPC service (imported only when RLSERVE_GRPC_PORT is set).
 GRPC_SIDE = ("service/protocols/kserve_v2/grpc_*.py",)
 # The experience log's Parquet side (imported only when RLSERVE_EXPERIENCE_LOG is set, and by

@@ -33,6 +33,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "experience": ("experience",),  # the experience log: fed through a recorder, never sees a request
     "sessions": ("sessions",),  # session stores and records
     "step": ("step",),  # one model's step: rows, codec, prepare, the batch step
+    "shadow": ("shadow",),  # a candidate run on a live version's traffic, off the live path
     "serving": ("serving",),  # loaded models: loading, checkpoints, registry, repository
     "evaluation": ("evaluation",),  # off-policy evaluation on a log: a candidate bundle run offline
     "act": ("act",),  # the request edge: transports, decode, the act use case
@@ -51,14 +52,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     "experience": frozenset({"ground"}),
     "sessions": frozenset({"ground", "experience"}),
     "step": frozenset({"ground", "engine", "sessions"}),
-    "serving": frozenset({"ground", "engine", "experience", "sessions", "step"}),
+    "shadow": frozenset({"ground", "engine", "experience", "sessions", "step"}),
+    "serving": frozenset({"ground", "engine", "experience", "sessions", "step", "shadow"}),
     "evaluation": frozenset({"ground", "engine", "experience", "sessions", "step", "serving"}),
     "act": frozenset({"ground", "engine", "sessions", "step", "serving"}),
     "protocols": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "multiagent": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "stream": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "api": frozenset({"ground", "experience", "sessions", "serving", "act", "protocols", "multiagent"}),
-    "app": frozenset({"ground", "engine", "experience", "sessions", "step", "serving", "act", "protocols",
+    "app": frozenset({"ground", "engine", "experience", "sessions", "step", "shadow", "serving", "act", "protocols",
                       "multiagent", "stream", "api"}),
     "process": frozenset({"ground", "sessions", "serving", "act", "app"}),
 }

@@ -1,0 +1,96 @@
+"""The shadow's bounded queue, and the rule for a session whose row was dropped.
+
+The live batch step only appends here (``offer``: a lock and a deque extend per batch);
+the shadow's thread takes rows (``take``). When the queue holds ``capacity`` rows, rows
+are dropped and counted: the live request never waits for the shadow.
+
+A dropped row of a session breaks that session's shadow state (the candidate would never
+see the step, and its recurrent state and previous action would go wrong). The rule: the
+session is marked broken, and its later rows are skipped (counted) until a row starts a
+new episode (``reset``: ``episode_start``, a new session), which the candidate can run
+from its initial state again. The marks are bounded (``MAX_BROKEN``, the oldest forgotten:
+such a session's rows then reach the runner, which skips a session it holds no state for
+until its next episode start, the same rule).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from rlserve.service.shadow.rows import ShadowRow
+
+MAX_BROKEN = 100_000
+
+
+@dataclass
+class QueueCounts:
+    offered: int = 0  # rows that reached ``offer``
+    dropped: int = 0  # rows dropped because the queue was full
+    skipped: int = 0  # later rows of a session broken by a drop, skipped until its next episode
+
+
+class ShadowQueue:
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError(f"a shadow queue holds at least 1 row, not {capacity}")
+        self.capacity = capacity
+        self.counts = QueueCounts()
+        self._rows: deque[ShadowRow] = deque()
+        self._lock = threading.Lock()
+        self._broken: OrderedDict[str, None] = OrderedDict()
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def offer(self, rows: list[ShadowRow]) -> None:
+        """Queue ``rows`` (in order), dropping what does not fit and skipping broken sessions."""
+        counts, broken, queue = self.counts, self._broken, self._rows
+        with self._lock:
+            counts.offered += len(rows)
+            if self.closed:
+                counts.dropped += len(rows)
+                return
+            for row in rows:
+                session = row.session_id
+                if session is not None and broken:
+                    if row.reset:
+                        broken.pop(session, None)
+                    elif session in broken:
+                        counts.skipped += 1
+                        continue
+                if len(queue) >= self.capacity:
+                    counts.dropped += 1
+                    if session is not None and not row.end:  # an episode's last row breaks nothing after it
+                        broken[session] = None
+                        if len(broken) > MAX_BROKEN:
+                            broken.popitem(last=False)
+                    continue
+                queue.append(row)
+
+    def take(self, limit: int) -> list[ShadowRow]:
+        """Up to ``limit`` rows, oldest first, with no session twice (a session's next row
+        needs the state its previous one leaves): the batch ends before a repeated session."""
+        taken: list[ShadowRow] = []
+        seen: set[str] = set()
+        with self._lock:
+            queue = self._rows
+            while queue and len(taken) < limit:
+                session = queue[0].session_id
+                if session is not None:
+                    if session in seen:
+                        break
+                    seen.add(session)
+                taken.append(queue.popleft())
+        return taken
+
+    def close(self) -> int:
+        """Refuse further rows; how many queued rows were let go (counted as dropped)."""
+        with self._lock:
+            self.closed = True
+            left = len(self._rows)
+            self._rows.clear()
+            self.counts.dropped += left
+        return left

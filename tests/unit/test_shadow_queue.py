@@ -1,0 +1,67 @@
+"""The shadow's queue: bounded, drops counted, a session broken by a drop skipped until its
+next episode start, and no session twice in one candidate batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlserve.service.shadow.queue import ShadowQueue
+from rlserve.service.shadow.rows import ShadowRow
+
+
+def _row(session: str | None, reset: bool = False, end: int = 0) -> ShadowRow:
+    return ShadowRow(session, reset, [0.0], np.zeros((1, 2), np.float32), None, None, None, True, end, None, 0.0)
+
+
+def test_a_full_queue_drops_and_counts_and_keeps_what_fits():
+    queue = ShadowQueue(2)
+    queue.offer([_row("a", reset=True), _row("b", reset=True), _row("c", reset=True)])
+    assert len(queue) == 2
+    assert (queue.counts.offered, queue.counts.dropped, queue.counts.skipped) == (3, 1, 0)
+    assert [r.session_id for r in queue.take(10)] == ["a", "b"]
+
+
+def test_a_dropped_row_breaks_its_session_until_the_next_episode_start():
+    queue = ShadowQueue(1)
+    queue.offer([_row("a", reset=True), _row("b", reset=True)])  # b's first row dropped
+    queue.take(10)
+    queue.offer([_row("b"), _row("b")])  # b's state is wrong now: skipped, not queued
+    assert len(queue) == 0
+    assert (queue.counts.dropped, queue.counts.skipped) == (1, 2)
+    queue.offer([_row("b", reset=True)])  # a new episode: the candidate starts from its initial state
+    queue.take(10)
+    queue.offer([_row("b")])
+    assert [r.session_id for r in queue.take(10)] == ["b"]
+    assert queue.counts.skipped == 2
+
+
+def test_an_episodes_last_row_dropped_breaks_nothing_and_stateless_rows_never_break():
+    queue = ShadowQueue(1)
+    queue.offer([_row("a", reset=True), _row("b", end=1), _row(None)])
+    queue.take(10)
+    queue.offer([_row("b"), _row(None)])  # b queued (not broken), the stateless row dropped again
+    assert queue.counts.skipped == 0
+    assert queue.counts.dropped == 3
+    assert [r.session_id for r in queue.take(10)] == ["b"]
+
+
+def test_a_candidate_batch_never_holds_a_session_twice():
+    queue = ShadowQueue(10)
+    queue.offer([_row("a", reset=True), _row(None), _row("b", reset=True), _row("a"), _row("b")])
+    assert [r.session_id for r in queue.take(10)] == ["a", None, "b"]
+    assert [r.session_id for r in queue.take(10)] == ["a", "b"]
+    assert queue.take(10) == []
+
+
+def test_a_closed_queue_drops_what_it_held_and_what_comes():
+    queue = ShadowQueue(10)
+    queue.offer([_row("a", reset=True)])
+    assert queue.close() == 1
+    queue.offer([_row("a")])
+    assert len(queue) == 0 and queue.counts.dropped == 2
+
+
+def test_a_queue_holds_at_least_one_row():
+    with pytest.raises(ValueError, match="at least 1"):
+        ShadowQueue(0)
