@@ -19,7 +19,7 @@ from fastapi.security import HTTPBearer
 
 from rlserve.service.act.body import body_chunks
 from rlserve.service.api.bodies import body_limit, parse_json, read_body, read_model, validate
-from rlserve.service.api.openapi import errors
+from rlserve.service.api.openapi import body_schema, errors
 from rlserve.service.api.schemas import Loaded, LoadFromPath, StartShadow, Unloaded
 from rlserve.service.errors import (
     AdminDisabled,
@@ -195,7 +195,7 @@ async def unload_version(name: str, version: str, request: Request) -> Unloaded:
             responses=errors(400, 404, 422, e422="The candidate's spaces differ from the live model's, or "
                                                  "queue_rows is not positive"),
             openapi_extra={"requestBody": {"required": True, "content": {
-                "application/json": {"schema": StartShadow.model_json_schema()}}}})
+                "application/json": {"schema": body_schema(StartShadow)}}}})
 async def start_shadow(name: str, request: Request) -> dict[str, Any]:
     body = await read_model(request, StartShadow)
     shadow = _registry(request).start_shadow(name, body.version, body.candidate.model, body.candidate.version,

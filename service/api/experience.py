@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlserve.service.api.bodies import read_model
-from rlserve.service.api.openapi import errors
+from rlserve.service.api.openapi import body_schema, errors
 from rlserve.service.api.schemas import Text
 from rlserve.service.experience.rewards import Mode, accept_rewards
 
@@ -36,22 +34,8 @@ class Accepted(BaseModel):
     accepted: int
 
 
-def _inline(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with its ``$defs`` written in place (the body is read by hand, so FastAPI
-    does not register them as components)."""
-    defs = schema.pop("$defs", {})
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            return walk(defs[ref.rsplit("/", 1)[1]]) if ref else {k: walk(v) for k, v in node.items()}
-        return [walk(v) for v in node] if isinstance(node, list) else node
-
-    return walk(schema)
-
-
 _BODY = {"requestBody": {"required": True,
-                         "content": {"application/json": {"schema": _inline(Rewards.model_json_schema())}}}}
+                         "content": {"application/json": {"schema": body_schema(Rewards)}}}}
 
 
 @router.post("/v1/models/{name}/experience/rewards", status_code=202, response_model=Accepted,

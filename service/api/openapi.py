@@ -37,6 +37,26 @@ def errors(*codes: int, **why: str) -> dict[int | str, dict[str, Any]]:
                    "content": {"application/json": {"schema": ERROR_REF}}} for code in codes}
 
 
+def body_schema(model: Any) -> dict[str, Any]:
+    """A pydantic body model's JSON schema with its nested models written in place: a route's
+    ``openapi_extra`` is copied into the document as it is, where a ``#/$defs/...``
+    reference would point at nothing."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return inline(schema)
+
+
 def drop_fastapi_validation_errors(schema: dict[str, Any]) -> None:
     """Remove the 422 ``HTTPValidationError`` FastAPI adds to routes with parameters (this
     app answers its validation errors with 400 ``ErrorResponse``), and its schemas."""

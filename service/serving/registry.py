@@ -24,8 +24,8 @@ from rlserve.service.serving.checkpoints import parse_checkpoint_arg
 from rlserve.service.serving.loading import discover_bundles, fingerprint, load_policy
 from rlserve.service.serving.policy import Policy
 from rlserve.service.serving.policy_sets import ServedPolicySet, load_served_set, parse_set_arg
-from rlserve.service.serving.traffic import Guard, Traffic, check_weights
 from rlserve.service.serving.shadowing import ShadowControl
+from rlserve.service.serving.traffic import Guard, Traffic, check_weights
 from rlserve.service.sessions.lifecycle import SessionLifecycle
 from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
