@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     stream_max_connections: int = Field(1024, ge=0)
     stream_max_inflight: int = Field(16, ge=1, le=4096)
     stream_max_unreadable: int = Field(8, ge=1)
+    # openpi's policy-server protocol on "/" for this model (what `WebsocketClientPolicy(host,
+    # port)` connects to); /v1/models/{name}/openpi serves it for every model either way.
+    openpi_model: str | None = None
     log_level: LogLevel = "info"
     # One line per request (service/access_log.py): refused (default) logs the answers with
     # a status >= 400 only, all every answer, off none; the format is text or JSON lines.
