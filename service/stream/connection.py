@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlserve.service.access_log import AccessLog, current_note
-from rlserve.service.act.use_case import Accepted, ActService
 import msgspec
 
+from rlserve.service.access_log import AccessLog, current_note
+from rlserve.service.act.use_case import Accepted, ActService
 from rlserve.service.act.wire import ActRequest, Seed
 from rlserve.service.engine.batcher import BatchInfo
 from rlserve.service.engine.metrics import Metrics

@@ -6,8 +6,8 @@ The upgrade's query parameters are the stream's options (``seed``, ``explore``,
 cannot be served is answered with an HTTP status and the JSON error body of every other
 route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 for an
 option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
-open (openpi connections count as streams). A server without that extension gets a close before the accept (HTTP 403 from
-uvicorn, close code 1013 for the full case) instead.
+open (openpi connections count as streams). A server without that extension gets a close
+before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from gymnasium import spaces as gs
+
 from rlserve.service.access_log import AccessLog
 from rlserve.service.act.outputs import EXTRA_NAMES
 from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
-from gymnasium import spaces as gs
-
 from rlserve.service.stream import frames, openpi
 from rlserve.service.stream.connection import Dialect, StreamConnection, StreamLimits, StreamOptions
 

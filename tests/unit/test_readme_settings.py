@@ -14,7 +14,7 @@ README = ROOT / "README.md"
 API = ROOT / "docs" / "api.md"
 # "embedded defaults", "unset", "per bundle", "unset", "unset (off)", "$XDG_CACHE_HOME/...", ..., "unset (off)"
 DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "export_cache",
-                         "agent_mapping", "experience_log"}
+                         "agent_mapping", "experience_log", "openpi_model"}
 
 
 def _table(path: Path) -> dict[str, str]:
