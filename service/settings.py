@@ -42,6 +42,8 @@ TOOL_VARIABLES = {
     "RLSERVE_CUSTOM_MODULES_DIR": "the RLlib checkpoints of custom RLModule classes the tests trace and compare with",
     "RLSERVE_RAY_PYTHON": "an interpreter with ray and rlserve the --trust-code tests export with",
     "RLSERVE_RAY_VENV": "where the --trust-code tests make their environment with ray",
+    "RLSERVE_OPENPI_PYTHON": "an interpreter with openpi-client the openpi route's tests run it with",
+    "RLSERVE_OPENPI_VENV": "where the openpi route's tests make their environment with openpi-client",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
     "RLSERVE_FUZZ_SEED": "the seed the tests' multi-agent fuzzer replays instead of a fresh one",
     "RLSERVE_CI_VENV": "where .ci/run builds its environment",
@@ -156,6 +158,9 @@ class Settings(BaseSettings):
     stream_max_connections: int = Field(1024, ge=0)
     stream_max_inflight: int = Field(16, ge=1, le=4096)
     stream_max_unreadable: int = Field(8, ge=1)
+    # openpi's policy-server protocol on "/" for this model (what `WebsocketClientPolicy(host,
+    # port)` connects to); /v1/models/{name}/openpi serves it for every model either way.
+    openpi_model: str | None = None
     log_level: LogLevel = "info"
     # One line per request (service/access_log.py): refused (default) logs the answers with
     # a status >= 400 only, all every answer, off none; the format is text or JSON lines.

@@ -21,20 +21,21 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import msgspec
 
 from rlserve.service.access_log import AccessLog, current_note
 from rlserve.service.act.use_case import Accepted, ActService
 from rlserve.service.act.wire import ActRequest, Seed
 from rlserve.service.engine.batcher import BatchInfo
 from rlserve.service.engine.metrics import Metrics
-from rlserve.service.errors import ServiceError, as_service_error, body_too_large
+from rlserve.service.errors import BadRequest, ServiceError, as_service_error, body_too_large
 from rlserve.service.sessions.base import SessionMiss, after_loading
 from rlserve.service.stream import frames
 
 log = logging.getLogger("rlserve.stream")
 
-ROUTE = "/v1/models/{name}/stream"  # the access log's name of the route
 CLOSE_END = 1000  # the client's `end` was answered
 CLOSE_UNREADABLE = 1008  # policy violation: too many messages that could not be read
 CLOSE_TOO_BIG = 1009  # a message past RLSERVE_MAX_BODY_BYTES
@@ -51,6 +52,7 @@ class StreamOptions:
     explore: bool | None = None
     outputs: tuple[str, ...] = ()
     debug: bool = False
+    observation_key: str = "observation"  # openpi's dict key of the observation
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,19 @@ class StreamLimits:
     max_inflight: int
     max_unreadable: int
     max_message_bytes: int
+
+
+class Dialect(Protocol):
+    """How a route's frames read and write (``frames.STREAM``, ``openpi.OpenpiFrames``)."""
+
+    route: str  # the access log's name of the route
+    label: str  # the latency metric's route label
+
+    def decode(self, kind: str, data: str | bytes) -> frames.StepMessage: ...
+    def answer(self, kind: str, response: msgspec.Struct, tag: str | int | None, action_space: Any,
+               started: float) -> dict[str, Any]: ...
+    def error(self, kind: str, exc: ServiceError, tag: str | int | None) -> dict[str, Any]: ...
+    def frame(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class _Ending:
@@ -71,8 +86,8 @@ class _Ending:
 
 class StreamConnection:
     def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None, name: str,
-                 options: StreamOptions, limits: StreamLimits, send: Any):
-        self.service, self.metrics, self.access = service, metrics, access
+                 options: StreamOptions, limits: StreamLimits, send: Any, dialect: Dialect = frames.STREAM):
+        self.service, self.metrics, self.access, self.dialect = service, metrics, access, dialect
         self.name, self.options, self.limits, self.send = name, options, limits, send
         self.starts = not options.resume  # the next step starts an episode
         self.seed = options.seed  # seeds the first episode only
@@ -114,13 +129,16 @@ class StreamConnection:
             self.outbox.put_nowait(CLOSE_TOO_BIG)
             return True
         try:
-            message = frames.decode(kind, data)
+            message = self.dialect.decode(kind, data)
         except frames.Unreadable as exc:
             self._refuse(kind, exc, None, started)
             self.unreadable += 1
             if self.unreadable >= self.limits.max_unreadable:
                 self.outbox.put_nowait(CLOSE_UNREADABLE)
                 return True
+            return False
+        except ServiceError as exc:  # read, but not a step (a dialect's missing observation): not counted
+            self._refuse(kind, exc, None, started)
             return False
         if message.end:
             self.outbox.put_nowait(_Ending(kind, message.tag))
@@ -129,7 +147,6 @@ class StreamConnection:
         return False
 
     async def _step(self, kind: str, message: frames.StepMessage, started: float) -> None:
-        request = self._request(message)
         done = asyncio.get_running_loop().create_future()
         self.outbox.put_nowait(done)
         note = None if self.access is None else self.access.note()
@@ -144,8 +161,9 @@ class StreamConnection:
                     current_note.reset(token)
 
         def encode(accepted: Accepted, output: Any, info: BatchInfo) -> dict[str, Any]:
-            self.service.observe_latency(accepted, "stream")
-            return frames.answer(kind, self.service.answer(accepted, output, info), tag)
+            self.service.observe_latency(accepted, self.dialect.label)
+            return self.dialect.answer(kind, self.service.answer(accepted, output, info), tag,
+                                       accepted.policy.pipeline.action_space, accepted.started)
 
         def reply(payload: Any, error: ServiceError | None) -> None:
             if error is not None:
@@ -154,6 +172,7 @@ class StreamConnection:
             done.set_result(payload)
 
         try:
+            request = self._request(message)
             try:
                 accepted, _ = accept()
             except SessionMiss as miss:  # rare: a resumed session another replica held; read in order
@@ -168,10 +187,16 @@ class StreamConnection:
 
     def _request(self, message: frames.StepMessage) -> ActRequest:
         options = self.options
-        seed = Seed(self.seed) if self.starts and self.seed is not None else None
+        starts = self.starts or message.episode_start
+        if message.seed is not None and not starts:
+            raise BadRequest("'seed' seeds the episode a step starts", field="seed",
+                             expected="'seed' with 'episode_start' (or on a stream's first step)",
+                             received=int(message.seed))
+        seed = message.seed if message.seed is not None else self.seed if starts else None
         return ActRequest(
-            observation=message.observation, session_id=options.session_id, episode_start=self.starts,
-            reward=message.reward, prev_action=message.prev_action, action_mask=message.action_mask, seed=seed,
+            observation=message.observation, session_id=options.session_id, episode_start=starts,
+            reward=message.reward, prev_action=message.prev_action, action_mask=message.action_mask,
+            seed=None if seed is None else Seed(seed),
             step=message.step, explore=options.explore, outputs=self.outputs, debug=options.debug,
             terminated=message.terminated, truncated=message.truncated)
 
@@ -187,11 +212,11 @@ class StreamConnection:
     def _error(self, kind: str, exc: ServiceError, tag: str | int | None) -> dict[str, Any]:
         if self.metrics is not None:
             self.metrics.error(exc.code, exc.status)
-        return frames.error(kind, exc, tag)
+        return self.dialect.error(kind, exc, tag)
 
     def _log(self, status: int, note: Any) -> None:
         if note is not None and self.access is not None:
-            self.access.record("WS", ROUTE, status, note, self.name)
+            self.access.record("WS", self.dialect.route, status, note, self.name)
 
     # ------------------------------------------------------------------ writing
 
@@ -227,5 +252,5 @@ class StreamConnection:
         payload: dict[str, Any] = {"ended": entry_id}
         if ending.tag is not None:
             payload["tag"] = ending.tag
-        return frames.frame(ending.kind, payload)
+        return self.dialect.frame(ending.kind, payload)
 

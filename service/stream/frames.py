@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from rlserve.service.act.msgspec_errors import explain, unknown_field
-from rlserve.service.act.wire import StepIndex, dec_hook
+from rlserve.service.act.wire import Seed, StepIndex, dec_hook
 from rlserve.service.errors import BadRequest, ServiceError
 
 TEXT, BINARY = "text", "bytes"  # the ASGI message key of each frame kind
@@ -48,6 +48,8 @@ class StepMessage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     action_mask: Any = None
     prev_action: Any = msgspec.UNSET
     step: StepIndex | None = None  # the retry index of the act route's `step`
+    episode_start: bool = False  # start a new episode with this step (as after a terminated one)
+    seed: Seed | None = None  # seeds the episode this step starts
     tag: Annotated[str, msgspec.Meta(max_length=MAX_TAG)] | int | None = None
     end: bool = False  # end the session now (no observation)
 
@@ -76,6 +78,11 @@ def _from_json(data: str | bytes) -> StepMessage:
 
 
 def _from_msgpack(data: str | bytes) -> StepMessage:
+    return convert(unpack(data))
+
+
+def unpack(data: str | bytes) -> dict[str, Any]:
+    """A binary frame as a map of str keys (bin keys decoded), arrays as numpy."""
     try:
         obj = msgpack.unpackb(data, object_hook=_ndarray, raw=False)
     except Unreadable:
@@ -92,6 +99,11 @@ def _from_msgpack(data: str | bytes) -> StepMessage:
             raise Unreadable("a key of the message is not a string", field="message", expected="string keys",
                              received=type(name).__name__)
         fields[name] = value
+    return fields
+
+
+def convert(fields: dict[str, Any]) -> StepMessage:
+    """An unpacked map as a step message; ``Unreadable`` naming the field that does not fit."""
     try:
         return msgspec.convert(fields, StepMessage, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
@@ -183,3 +195,22 @@ def error(kind: str, exc: ServiceError, tag: str | int | None) -> dict[str, Any]
         payload["tag"] = tag
     return frame(kind, payload)
 
+
+
+class StreamFrames:
+    """The dialect of ``/v1/models/{name}/stream`` (what ``StreamConnection`` reads and writes
+    with): JSON text or msgpack frames, each answer in the kind of its message."""
+
+    route = "/v1/models/{name}/stream"  # the access log's name of the route
+    label = "stream"  # rlserve_request_latency_seconds{route=...}
+    decode = staticmethod(decode)
+    error = staticmethod(error)
+    frame = staticmethod(frame)
+
+    @staticmethod
+    def answer(kind: str, response: msgspec.Struct, tag: str | int | None, action_space: Any,
+               started: float) -> dict[str, Any]:
+        return answer(kind, response, tag)
+
+
+STREAM = StreamFrames()

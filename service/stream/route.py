@@ -1,12 +1,13 @@
-"""``/v1/models/{name}/stream``: the WebSocket upgrade, ahead of FastAPI like the fast POST routes.
+"""``/v1/models/{name}/stream`` and ``/v1/models/{name}/openpi``: the WebSocket upgrades, ahead
+of FastAPI like the fast POST routes (``/`` too, as the openpi route of ``RLSERVE_OPENPI_MODEL``).
 
 The upgrade's query parameters are the stream's options (``seed``, ``explore``,
 ``version``, ``outputs``, ``session_id`` to resume a session, ``debug``). An upgrade that
 cannot be served is answered with an HTTP status and the JSON error body of every other
 route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 for an
 option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
-open. A server without that extension gets a close before the accept (HTTP 403 from
-uvicorn, close code 1013 for the full case) instead.
+open (openpi connections count as streams). A server without that extension gets a close
+before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
+
+from gymnasium import spaces as gs
 
 from rlserve.service.access_log import AccessLog
 from rlserve.service.act.outputs import EXTRA_NAMES
@@ -23,14 +27,17 @@ from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
-from rlserve.service.stream.connection import ROUTE, StreamConnection, StreamLimits, StreamOptions
+from rlserve.service.stream import frames, openpi
+from rlserve.service.stream.connection import Dialect, StreamConnection, StreamLimits, StreamOptions
 
 log = logging.getLogger("rlserve.stream")
 
-STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/stream$")
+STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/(?P<dialect>stream|openpi)$")
+OPENPI_ROUTE = "/v1/models/{name}/openpi"
 CLOSE_FULL = 1013  # try again later: the connection cap, where no HTTP answer can be sent
 MAX_OPTION = 256  # characters of a query parameter's value
 _OPTIONS = ("seed", "explore", "version", "outputs", "session_id", "debug")
+_OPENPI_OPTIONS = (*_OPTIONS, "observation_key")
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -40,45 +47,68 @@ class StreamsFull(ServiceError):
     status, code = 503, "streams_full"
 
 
+@dataclass(frozen=True, slots=True)
+class Upgrade:
+    """Which model an upgrade asks for, and in which dialect."""
+
+    name: str
+    openpi: bool
+    route: str  # the access log's name of the route
+
+
 class StreamRoute:
     """The ASGI handler of stream upgrades; ``open`` counts the connections it holds."""
 
     def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None,
-                 max_connections: int, limits: StreamLimits):
+                 max_connections: int, limits: StreamLimits, openpi_model: str | None = None):
         self.service, self.metrics = service, metrics
         self.access = access if access is not None and access.enabled else None
         self.max_connections = max_connections
         self.limits = limits
+        self.openpi_model = openpi_model  # "/" speaks openpi for this model
         self.open = 0
 
-    @staticmethod
-    def match(scope: dict[str, Any]) -> re.Match[str] | None:
+    def match(self, scope: dict[str, Any]) -> Upgrade | None:
         if scope["type"] != "websocket":
             return None
-        return STREAM_PATH.match(scope["path"])
+        path = scope["path"]
+        if path == "/" and self.openpi_model is not None:
+            return Upgrade(self.openpi_model, True, "/")
+        found = STREAM_PATH.match(path)
+        if found is None:
+            return None
+        if found["dialect"] == "openpi":
+            return Upgrade(found["name"], True, OPENPI_ROUTE)
+        return Upgrade(found["name"], False, frames.STREAM.route)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: Upgrade) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
-        note = None if self.access is None else self.access.note(match)
-        name = match["name"]
+        note = None if self.access is None else self.access.note()
+        name = match.name
         try:
             if self.open >= self.max_connections:
                 raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
                                   field="connections", expected=f"at most {self.max_connections}",
                                   received=self.open + 1, headers={"Retry-After": "1"})
-            options = stream_options(scope.get("query_string", b""))
-            self.service.registry.entry(name).policy(options.version)  # 404s before the accept
+            options = stream_options(scope.get("query_string", b""), _OPENPI_OPTIONS if match.openpi else _OPTIONS)
+            policy = self.service.registry.entry(name).policy(options.version)  # 404s before the accept
         except Exception as exc:
             error = as_service_error(exc, log, "stream upgrade failed")
             await self._refuse(scope, send, error)
             if note is not None and self.access is not None:
-                self.access.record("WS", ROUTE, error.status, note, name)
+                self.access.record("WS", match.route, error.status, note, name)
             return
         self.open += 1
         try:
             await send({"type": "websocket.accept"})
-            connection = StreamConnection(self.service, self.metrics, self.access, name, options, self.limits, send)
+            dialect: Dialect = frames.STREAM
+            if match.openpi:
+                key = options.observation_key
+                dialect = openpi.OpenpiFrames(match.route, key, isinstance(policy.pipeline.obs_space, gs.Dict))
+                await send(openpi.binary(openpi.metadata(policy, options.session_id, key)))
+            connection = StreamConnection(self.service, self.metrics, self.access, name, options, self.limits, send,
+                                          dialect)
             await connection.run(receive)
         finally:
             self.open -= 1
@@ -93,19 +123,19 @@ class StreamRoute:
         await send({"type": "websocket.http.response.body", "body": body})
 
 
-def stream_options(query: bytes) -> StreamOptions:
+def stream_options(query: bytes, known: tuple[str, ...] = _OPTIONS) -> StreamOptions:
     """The upgrade's query parameters; a 400 naming the parameter for anything else."""
     try:
         pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, strict_parsing=False,
-                          max_num_fields=len(_OPTIONS))
+                          max_num_fields=len(known))
     except ValueError:
-        raise BadRequest("too many query parameters", field="query", expected=f"at most {list(_OPTIONS)}",
+        raise BadRequest("too many query parameters", field="query", expected=f"at most {list(known)}",
                          received=f"{query.count(b'&') + 1} parameters") from None
     given: dict[str, str] = {}
     for key, value in pairs:
-        if key not in _OPTIONS:
+        if key not in known:
             raise BadRequest(f"unknown stream option {key[:MAX_OPTION]!r}", field=key[:MAX_OPTION],
-                             expected=f"one of {list(_OPTIONS)}", received=key[:MAX_OPTION])
+                             expected=f"one of {list(known)}", received=key[:MAX_OPTION])
         if key in given or len(value) > MAX_OPTION:
             raise BadRequest(f"stream option {key!r} given twice or longer than {MAX_OPTION} characters", field=key,
                              expected=f"one value of at most {MAX_OPTION} characters", received=len(value))
@@ -117,7 +147,8 @@ def stream_options(query: bytes) -> StreamOptions:
     return StreamOptions(
         session_id=uuid.uuid4().hex if session_id is None else session_id, resume=session_id is not None,
         version=given.get("version"), seed=_seed(given.get("seed")), explore=_bool(given, "explore"),
-        outputs=_outputs(given.get("outputs")), debug=bool(_bool(given, "debug")))
+        outputs=_outputs(given.get("outputs")), debug=bool(_bool(given, "debug")),
+        observation_key=given.get("observation_key") or openpi.OBSERVATION_KEY)
 
 
 def _seed(text: str | None) -> int | None:

@@ -38,6 +38,8 @@ NOT_RUN: dict[str, str] = {
     "ray": "needs a separate environment with ray installed (RLlib's own recording scripts, and "
            "`rlserve export --trust-code`, which the e2e tests run in a ray venv of their own)",
     "kubernetes": "needs a Kubernetes cluster (the manifests are rendered and validated without one)",
+    "openpi": "needs openpi-client, which pins numpy<2 and so lives in an environment of its own; "
+              "tests/e2e/test_openpi_e2e.py runs the block as written there (tests/openpi_venv.py)",
 }
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)

@@ -18,8 +18,9 @@ from doc_session import logical_lines
 # its configuration, which need ray in an environment of its own; 30: benchmarks.md's comparison
 # with other serving systems; 31-32: newstack.md's and custom_models.md's `rlserve export
 # --trust-code` in a training environment with ray, whose commands
-# tests/e2e/test_trust_code_e2e.py and test_custom_modelv2_e2e.py run in the tests' ray venv).
-MAX_NOT_RUN = 32
+# tests/e2e/test_trust_code_e2e.py and test_custom_modelv2_e2e.py run in the tests' ray venv;
+# 33: api.md's openpi-client example, which tests/e2e/test_openpi_e2e.py runs in its venv).
+MAX_NOT_RUN = 33
 
 
 def test_every_fence_names_its_language() -> None:

@@ -290,3 +290,24 @@ def test_a_fuzzer_of_frames_never_breaks_the_server(server, url):
     with PolicyClient(url, MODEL) as client:
         assert client.act([0.0, 0.1]).action in (0, 1)
     assert "Traceback" not in server.output(), (seed, server.output())  # nothing raised inside the server
+
+
+def test_episode_start_with_a_seed_restarts_the_episode_and_a_seed_alone_is_refused(url):
+    steps = [[0.01 * i, -0.02 * i] for i in range(20)]
+
+    def play(ws, first: dict) -> list:
+        answers = []
+        for i, obs in enumerate(steps):
+            ws.send(json.dumps({"observation": obs, **(first if i == 0 else {"reward": 1.0})}))
+            answer = json.loads(ws.recv(timeout=10))
+            answers.append((answer["action"], answer["logp"]))
+        return answers
+
+    with _ws(url, explore="true") as fresh:
+        expected = play(fresh, {"seed": 5})  # a new stream's first step starts its episode
+    with _ws(url, seed=6, explore="true") as ws:
+        assert play(ws, {}) != expected
+        ws.send(json.dumps({"observation": steps[0], "seed": 5}))  # no episode starts here
+        refused = json.loads(ws.recv(timeout=10))
+        assert (refused["status"], refused["error"]["field"]) == (400, "seed")
+        assert play(ws, {"episode_start": True, "seed": 5}) == expected

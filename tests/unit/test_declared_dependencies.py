@@ -93,7 +93,9 @@ OWN_ENVIRONMENT = {"scripts/record_rllib_checkpoint.py": {"ray"}, "scripts/recor
                    "scripts/check_rllib_checkpoint.py": {"ray"},
                    # bench_peers.py's peer servers, each run by the python of its own environment
                    "scripts/peers/peer_litserve.py": {"litserve"}, "scripts/peers/peer_mosec.py": {"mosec"},
-                   "scripts/peers/peer_rayserve.py": {"ray"}, "scripts/peers/peer_pytriton.py": {"pytriton"}}
+                   "scripts/peers/peer_rayserve.py": {"ray"}, "scripts/peers/peer_pytriton.py": {"pytriton"},
+                   # openpi's robot client, run by tests/e2e/test_openpi_e2e.py in its venv (numpy<2)
+                   "tests/e2e/openpi_play.py": {"openpi_client"}}
 # The --trust-code exporter imports ray only there, inside the functions that restore a
 # checkpoint's code (the user's environment has it; rlserve neither installs nor needs it).
 RLLIB_SIDE = {"models/traced/loader.py": {"ray"}, "models/traced/export.py": {"ray"},

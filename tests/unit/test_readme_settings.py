@@ -14,7 +14,7 @@ README = ROOT / "README.md"
 API = ROOT / "docs" / "api.md"
 # "embedded defaults", "unset", "per bundle", "unset", "unset (off)", "$XDG_CACHE_HOME/...", ..., "unset (off)" x2
 DESCRIBED_NOT_LITERAL = {"repository", "admin_token", "default_explore", "session_store", "grpc_port", "export_cache",
-                         "agent_mapping", "experience_log", "canary_guard"}
+                         "agent_mapping", "experience_log", "canary_guard", "openpi_model"}
 
 
 def _table(path: Path) -> dict[str, str]:
