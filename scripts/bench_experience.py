@@ -12,9 +12,12 @@ wrote and dropped (its Prometheus counters).
 With ``--model lstm`` the steps are the bench LSTM 256's (one session per connection);
 with ``--shadow`` the "on" server also runs a shadow candidate (the same model as version
 2, ``RLSERVE_SHADOW``), whose scores of every logged step go to the log's ``shadow/`` table:
-the log with the shadow's columns against no log and no shadow.
+the log with the shadow's columns against no log and no shadow (the log's cost and the
+shadow's model work together). With ``--shadow-both`` both servers run the shadow and only
+the log differs: what writing the log, shadow columns included, costs a server that shadows.
 
-    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 16 64] [--model lstm] [--shadow]
+    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 16 64] [--model lstm]
+        [--shadow | --shadow-both]
 """
 
 from __future__ import annotations
@@ -68,7 +71,10 @@ def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[
     and the ratio of server CPU per request (off / on: the share of CPU the log leaves to
     serving, which other load on a shared machine disturbs less than req/s)."""
     ratios, cpu_ratios = [], []
-    print(f"\n{args.model} 1 obs session steps, experience log{' + shadow' if args.shadow else ''} on / off "
+    what = " + shadow" if args.shadow else ""
+    if args.shadow_both:
+        what = " (with its shadow columns; both servers run the shadow)"
+    print(f"\n{args.model} 1 obs session steps, experience log{what} on / off "
           f"(c={c}, {args.rounds} rounds of {args.duration:g} s a side)")
     for i in range(args.rounds):
         got = {}
@@ -113,6 +119,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64])
     parser.add_argument("--model", choices=["mlp", "lstm"], default="mlp")
     parser.add_argument("--shadow", action="store_true", help="the log's side runs a shadow candidate too")
+    parser.add_argument("--shadow-both", action="store_true",
+                        help="both servers run the shadow candidate; only the log (with its shadow columns) differs")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
@@ -123,20 +131,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         build_bundles(work / "repo")
-        log_env = {"RLSERVE_EXPERIENCE_LOG": str(work / "log")}
-        if args.shadow:
+        log_env, off_env = {"RLSERVE_EXPERIENCE_LOG": str(work / "log")}, {}
+        if args.shadow or args.shadow_both:
             second_version(work / "repo", args.model)
             log_env["RLSERVE_SHADOW"] = json.dumps({args.model: {"candidate": f"{args.model}@1", "version": "2"}})
+            if args.shadow_both:
+                off_env["RLSERVE_SHADOW"] = log_env["RLSERVE_SHADOW"]
         on = start_rlserve(work / "repo", log_env)
-        off = start_rlserve(work / "repo", {})
+        off = start_rlserve(work / "repo", off_env)
         try:
             for c in args.concurrency:
                 ratios, cpu_ratios = paired(on, off, c, args, rng)
                 print(f"c={c}: log on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
                       f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
                       f"median {statistics.median(cpu_ratios):.2f}")
-            for name, value in sorted(counters(on[1]).items()):
-                print(f"  {name} {value:.0f}")
+            for side, (_, port) in (("log on", on), ("log off", off)):
+                for name, value in sorted(counters(port).items()):
+                    print(f"  {side}: {name} {value:.0f}")
         finally:
             stop(on[0])
             stop(off[0])
