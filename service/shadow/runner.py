@@ -19,6 +19,7 @@ is skipped (counted) until that session's next episode start.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ log = logging.getLogger("rlserve.shadow")
 # interpreter lock the live event loop needs); the live path never wakes it.
 POLL_S = 0.02
 MAX_ROWS = 256  # rows per candidate batch
+SWITCH_INTERVAL_S = 0.0005  # the interpreter's thread switch interval while a shadow runs
 
 
 @dataclass
@@ -83,6 +85,10 @@ class ShadowRunner:
         self._thread = threading.Thread(target=self._loop, name=f"shadow-{label}", daemon=True)
 
     def start(self) -> None:
+        # The runner's Python holds the interpreter lock between the candidate's runtime calls;
+        # a live request waiting for it would wait a whole switch interval (5 ms by default).
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
