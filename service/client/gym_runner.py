@@ -138,13 +138,10 @@ def _play_group(client: PolicyClient, envs: list[gym.Env], seeds: list[int], exp
                 if sessions:
                     client.end_session(session_ids[i])
                 continue
-            observations[i], reward, terminated, truncated, _ = envs[i].step(action)
-            rewards[i] = float(reward)
-            returns[i] += float(reward)
-            lengths[i] += 1
-            if terminated or truncated:
+            end = _env_step(envs[i], i, action, observations, rewards, returns, lengths)
+            if end:
                 if sessions:
-                    ending[i] = 1 if terminated else 2
+                    ending[i] = end
                 else:  # no server episode to close
                     done[i] = True
     return returns, lengths
@@ -176,13 +173,19 @@ def _play_streams(client: PolicyClient, envs: list[gym.Env], seeds: list[int], e
                     done[i] = True
                     streams[i].end()
                     continue
-                observations[i], reward, terminated, truncated, _ = envs[i].step(action)
-                rewards[i] = float(reward)
-                returns[i] += float(reward)
-                lengths[i] += 1
-                if terminated or truncated:
-                    ending[i] = 1 if terminated else 2
+                ending[i] = _env_step(envs[i], i, action, observations, rewards, returns, lengths)
     finally:
         for opened in streams:
             opened.close()
     return returns, lengths
+
+
+def _env_step(env: gym.Env, i: int, action: Any, observations: list[Any], rewards: list[float | None],
+              returns: list[float], lengths: list[int]) -> int:
+    """Play ``action`` in environment ``i`` and book its outcome in the runners' per-env
+    lists; the episode's end: 0 it goes on, 1 terminated, 2 truncated."""
+    observations[i], reward, terminated, truncated, _ = env.step(action)
+    rewards[i] = float(reward)
+    returns[i] += float(reward)
+    lengths[i] += 1
+    return 1 if terminated else 2 if truncated else 0

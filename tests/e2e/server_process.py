@@ -32,6 +32,18 @@ def run_script(name: str, *args: str, timeout: float = 300) -> str:
     return done.stdout
 
 
+def wait_for(predicate, timeout: float = 30.0, show=lambda: None):
+    """Poll ``predicate`` every 50 ms until it returns something true, and return that;
+    after ``timeout`` seconds fail, saying what ``show()`` returns."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out: {show()}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,13 +11,12 @@ restart equal those of the uninterrupted run.
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import numpy as np
 import pytest
 import svc_bundles
-from server_process import ServerProcess
+from server_process import ServerProcess, wait_for
 
 from rlserve.service.experience import reader
 
@@ -38,16 +37,6 @@ def _body(sid: str, t: int) -> dict:
 def _scored(url: str) -> int:
     shadow = httpx.get(f"{url}/v1/admin/models/lstm/shadow", headers={"authorization": f"Bearer {TOKEN}"}).json()
     return shadow["counts"]["scored"]
-
-
-def _wait(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def _written(log) -> set[str]:
@@ -78,13 +67,13 @@ def test_a_sessions_shadow_state_survives_a_sigkill(tmp_path, tmp_path_factory, 
             assert created.status_code == 201, created.text
         whole = [_step(server.url, "whole", t) for t in range(STEPS)]
         killed = [_step(server.url, "killed", t) for t in range(KILL_AFTER)]
-        _wait(lambda: _scored(server.url) == STEPS + KILL_AFTER)
+        wait_for(lambda: _scored(server.url) == STEPS + KILL_AFTER)
         # The uninterrupted episode's scores on disk before the kill (a roll writes them within ~0.25 s).
-        _wait(lambda: {a["event_id"] for a in whole} <= _written(log))
+        wait_for(lambda: {a["event_id"] for a in whole} <= _written(log))
         server.kill()  # SIGKILL: no shutdown of any kind
         server = ServerProcess(env, port=server.port).start()
         killed += [_step(server.url, "killed", t) for t in range(KILL_AFTER, STEPS)]
-        _wait(lambda: _scored(server.url) == STEPS - KILL_AFTER)
+        wait_for(lambda: _scored(server.url) == STEPS - KILL_AFTER)
         shadow = httpx.get(f"{server.url}/v1/admin/models/lstm/shadow",
                            headers={"authorization": f"Bearer {TOKEN}"}).json()
         assert shadow["counts"]["skipped_broken"] == 0 and shadow["state_store"] == "external"

@@ -15,14 +15,13 @@ module; the tests run in order:
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
 import pytest
 import svc_bundles
-from server_process import running_server
+from server_process import running_server, wait_for
 
 from rlserve.models.distributions import ActionDistSpec
 from rlserve.service.experience import reader
@@ -105,16 +104,6 @@ def _shadow(client) -> dict:
     return client.get("/v1/admin/models/lstm/shadow", headers=ADMIN).json()
 
 
-def _wait(predicate, timeout: float = 30.0, show=lambda: None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out: {show()}")
-
-
 def _reference(client, episodes) -> dict[str, tuple[float, np.ndarray]]:
     """Per logged step: the candidate's logp of the live action and its dist inputs, from
     the candidate's own sessions over HTTP fed the live actions as ``prev_action``."""
@@ -146,7 +135,7 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
     assert started.json()["candidate"] == {"model": "lstm", "version": "2"}
     episodes = _play(client, "live")
     rows = SESSIONS * STEPS
-    counts = _wait(lambda: (c := _shadow(client)["counts"])["scored"] >= rows and c, show=lambda: _shadow(client))
+    counts = wait_for(lambda: (c := _shadow(client)["counts"])["scored"] >= rows and c, show=lambda: _shadow(client))
     assert counts == {"scored": rows, "dropped": 0, "skipped_broken": 0, "failed": 0, "unwritten": 0,
                       "store_failures": 0}
     reference = _reference(client, episodes)
@@ -156,7 +145,7 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
         table = reader.shadow_scores(log, "lstm")
         return table is not None and len(table) >= len(reference) and table
 
-    table = _wait(written)
+    table = wait_for(written)
     scores = {row["event_id"]: row for row in table.to_pylist()}
     assert set(scores) == set(reference)
     for event_id, (logp, dist_inputs) in reference.items():
@@ -177,7 +166,7 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
         table = reader.transitions_with_shadow(log, "lstm")
         return table is not None and len(table) >= len(reference) and table
 
-    transitions = _wait(joined).to_pylist()
+    transitions = wait_for(joined).to_pylist()
     shadowed = [t for t in transitions if t["infos"]["event_id"] in scores]
     assert len(shadowed) == len(reference)
     assert all(t["shadow_logp"] == scores[t["infos"]["event_id"]]["logp"] and t["shadow_candidate"] == "lstm@2"
@@ -218,7 +207,7 @@ def test_a_tiny_queue_under_load_drops_and_counts_and_no_live_request_fails(serv
     with ThreadPoolExecutor(8) as pool:
         statuses = [s for result in pool.map(episodes, range(16)) for s in result]
     assert statuses == [200] * len(statuses)
-    counts = _wait(lambda: (c := _shadow(client)["counts"]) and _shadow(client)["queue_depth"] == 0 and c)
+    counts = wait_for(lambda: (c := _shadow(client)["counts"]) and _shadow(client)["queue_depth"] == 0 and c)
     assert counts["dropped"] > 0
     assert counts["skipped_broken"] > 0  # the later rows of sessions a drop broke
     assert counts["scored"] + counts["dropped"] + counts["skipped_broken"] == len(statuses) * rows
