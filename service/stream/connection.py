@@ -12,6 +12,11 @@ socket's write buffer is full), so TCP pushes back on the client and nothing que
 bound. The transports: ``socket.py`` (the frames parsed and written inside the server's
 HTTP protocol, ``rlserve serve``) and ``asgi.py`` (any ASGI server's WebSocket).
 
+The seam of a message's handling: ``_take`` reads a message with the dialect and hands it
+to ``_step``, the single-agent step. A handler of another kind of message puts one ``_Slot``
+in the ``outbox`` per message, in message order, and sets its ``frame`` (then ``_flush``)
+once the answer is known: the order, the backpressure and the close codes stay here.
+
 The connection holds a session id, not a session: every step goes through the act use
 case exactly as an HTTP step with ``session_id`` (the same resolution, binding, batches,
 experience log, metrics). Closing the socket leaves the session to expire as sessions do;

@@ -8,6 +8,10 @@ route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 
 option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
 open (openpi connections count as streams). A server without that extension gets a close
 before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
+
+Two transports share ``admit``, ``refused`` and ``connect``: ``__call__`` is the ASGI
+server's WebSocket (``asgi.py``), and ``upgrade.py`` takes the upgrade inside ``rlserve
+serve``'s HTTP protocol (``protocol.py``).
 """
 
 from __future__ import annotations

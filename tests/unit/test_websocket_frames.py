@@ -5,6 +5,7 @@ client may not send refused with the close code the RFC names."""
 from __future__ import annotations
 
 import os
+import random
 import struct
 
 import pytest
@@ -136,3 +137,27 @@ def test_the_handshake_key_and_its_accept_value() -> None:
     key = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 section 1.3's example
     assert ws.valid_key(key) and ws.accept_key(key) == b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
     assert not ws.valid_key(b"c2hvcnQ=") and not ws.valid_key(b"not base64!!") and not ws.valid_key(b"")
+
+
+def test_random_bytes_only_ever_parse_or_fail_the_connection() -> None:
+    """A fuzzer of the wire: frames with random headers, lengths and cuts either read as
+    messages or raise ``ProtocolError`` (a close code), never anything else."""
+    rng = random.Random(44)
+    outcomes = set()
+    for _ in range(1000):
+        payload = rng.randbytes(rng.choice([0, 1, 5, 126, 300]))
+        data = frame(rng.randrange(16), payload, fin=rng.random() < 0.7, rsv=rng.choice([0, 0, 0, 0x10]),
+                     masked=rng.random() < 0.9) * rng.randint(1, 3)
+        if rng.random() < 0.3:  # a cut or a flipped byte
+            cut = rng.randrange(len(data))
+            data = data[:cut] + bytes([rng.randrange(256)]) + data[cut + 1:]
+        parser = FrameParser(rng.choice([64, 1000]))
+        parser.feed(data)
+        try:
+            while parser.next() is not None:
+                pass
+            outcomes.add("read")
+        except ProtocolError as error:
+            assert error.code in (1002, 1007, 1009)
+            outcomes.add(error.code)
+    assert outcomes == {"read", 1002, 1007, 1009}
