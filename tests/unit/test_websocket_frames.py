@@ -16,9 +16,10 @@ from rlserve.service.stream.websocket import FrameParser, ProtocolError, TooBig
 LIMIT = 1000
 
 
-def frame(opcode: int, payload: bytes, *, fin: bool = True, mask: bytes | None = None, rsv: int = 0,
+def frame(opcode: int, payload: bytes, *, fin: bool = True, mask: bytes = b"\x5a\x13\xc7\x08", rsv: int = 0,
           masked: bool = True) -> bytes:
-    """A client frame built by hand (masked with ``mask``, random when not given)."""
+    """A client frame built by hand, masked with ``mask`` (fixed: parametrized ids stay the same
+    in every test process)."""
     n = len(payload)
     first = (0x80 if fin else 0) | rsv | opcode
     bit = 0x80 if masked else 0
@@ -30,8 +31,7 @@ def frame(opcode: int, payload: bytes, *, fin: bool = True, mask: bytes | None =
         head = struct.pack("!BBQ", first, bit | 127, n)
     if not masked:
         return head + payload
-    key = os.urandom(4) if mask is None else mask
-    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 def messages(data: bytes, *, chunk: int | None = None, limit: int = LIMIT) -> list:
@@ -61,7 +61,7 @@ def test_masked_text_and_binary_messages_read_back_whole() -> None:
 @pytest.mark.parametrize("size", [125, 126, 65535, 65536])
 def test_every_length_form_reads_in_pieces_as_it_does_whole(size: int) -> None:
     payload = os.urandom(size)
-    data = frame(ws.OP_BINARY, payload) * 2
+    data = frame(ws.OP_BINARY, payload, mask=os.urandom(4)) * 2
     assert messages(data, limit=1 << 20) == [(ws.OP_BINARY, payload)] * 2
     assert messages(data, chunk=7, limit=1 << 20) == [(ws.OP_BINARY, payload)] * 2
 
