@@ -107,10 +107,6 @@ class FrameParser:
             self._pos = 0
         self._buf += data
 
-    def pending(self) -> bool:
-        """Bytes are buffered that ``next`` has not returned yet."""
-        return self._pos < len(self._buf)
-
     def next(self) -> tuple[int, bytes | str | int] | None:
         """The next message or control frame, or None until more bytes come."""
         while True:
