@@ -64,6 +64,7 @@ from rlserve.service.sessions.redis_client import RedisSessions
 from rlserve.service.settings import Settings
 from rlserve.service.stream.connection import StreamLimits
 from rlserve.service.stream.route import StreamRoute
+from rlserve.service.stream.upgrade import FastUpgrade
 
 log = logging.getLogger("rlserve.app")
 
@@ -76,7 +77,8 @@ class RLServeApp(FastAPI):
     and the access log around both when it is on."""
 
     raw_act: RawActHandler | None = None
-    stream: StreamRoute | None = None  # the WebSocket streams' upgrades
+    stream: StreamRoute | None = None  # the WebSocket streams' upgrades (ASGI)
+    stream_upgrade: FastUpgrade | None = None  # the same, inside the act protocol (``rlserve serve``)
     logged: Any = None  # ``_dispatch`` inside the access log (None: the log is off)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -149,6 +151,7 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     app.stream = StreamRoute(service, metrics, access_log, settings.stream_max_connections, StreamLimits(
         settings.stream_max_inflight, settings.stream_max_unreadable, settings.max_body_bytes), settings.openpi_model)
+    app.stream_upgrade = FastUpgrade(app.stream)
     # rollout and admin share the /v1/admin/models/{name} prefix; neither shadows a route of the other.
     for router in (health.router, act.router, listing.router, sessions.router, rollout.router, admin.router,
                    inference_v2.router,

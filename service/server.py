@@ -82,8 +82,9 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None, *, ann
     if settings.act_protocol and app.raw_act is not None:
         from rlserve.service.act.protocol import act_protocol_class
 
-        http = act_protocol_class(app.raw_act, app.state.access_log) or "auto"
-    # Streams: websockets' sans-I/O protocol (it stops reading a socket whose messages the app
+        http = act_protocol_class(app.raw_act, app.state.access_log, app.stream_upgrade) or "auto"
+    # Streams are taken by the act protocol (``stream/upgrade.py``); without it, websockets'
+    # sans-I/O protocol and the ASGI app (it stops reading a socket whose messages the app
     # has not received: the stream's backpressure), a message held to the body limit (larger:
     # close 1009), no per-message compression (CPU per step; docs/api.md "Streams").
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,

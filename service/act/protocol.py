@@ -23,6 +23,7 @@ used, when they are not there.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rlserve.service.access_log import ACCESS_KEY, AccessLog, current_note
@@ -31,17 +32,23 @@ from rlserve.service.errors import ServiceError, as_service_error, body_too_larg
 
 log = logging.getLogger("rlserve.act_protocol")
 
+# A WebSocket upgrade taken over: (method, url, headers, transport, default headers, the
+# server's open connections) -> True once the upgrade was answered and the socket is taken.
+Upgrade = Callable[[str, bytes, list, Any, list, set], bool]
+
 # What ActProtocol uses of uvicorn's protocol and of its per-request cycle.
 _PROTOCOL_NAMES = ("_start_asgi_task", "on_body", "on_message_complete", "cycle", "server_state", "transport",
-                   "flow", "limit_concurrency")
+                   "flow", "limit_concurrency", "handle_websocket_upgrade", "headers", "connections")
 _CYCLE_NAMES = ("body", "more_body", "response_started", "response_complete", "keep_alive", "disconnected",
                 "on_response", "waiting_for_100_continue", "message_event", "scope")
 
 
-def act_protocol_class(handler: RawActHandler, access_log: AccessLog | None = None) -> type | None:
+def act_protocol_class(handler: RawActHandler, access_log: AccessLog | None = None,
+                       upgrade: Upgrade | None = None) -> type | None:
     """A uvicorn HTTP protocol class serving act requests through ``handler``'s service,
     or None when httptools or the uvicorn internals it builds on are missing. Requests it
-    answers are written to ``access_log`` (when on): they never reach the ASGI app's."""
+    answers are written to ``access_log`` (when on): they never reach the ASGI app's.
+    ``upgrade`` (the streams' ``FastUpgrade``) is offered every WebSocket upgrade first."""
     try:
         from uvicorn.protocols.http.httptools_impl import (
             STATUS_LINE,
@@ -65,6 +72,13 @@ def act_protocol_class(handler: RawActHandler, access_log: AccessLog | None = No
 
         _act_pending: Any = None  # the cycle whose body is still arriving
         _act_route: Any = None  # its (route, path match)
+
+        def handle_websocket_upgrade(self) -> None:
+            if upgrade is not None and upgrade(self.scope["method"], self.url, self.headers, self.transport,
+                                               self.server_state.default_headers, self.connections):
+                self.connections.discard(self)  # the socket is the stream's now
+                return
+            super().handle_websocket_upgrade()
 
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
             match = self._takes(cycle)

@@ -1,13 +1,21 @@
-"""One open stream: a session's steps read from the socket, answered in order.
+"""One open stream: a session's steps taken as their messages come, answered in order.
 
-    receive (at most ``max_inflight`` unanswered) ─► frames.decode ─► ActRequest of the
-      session ─► ActService.accept (validate, bind) ─► submit_nowait (the shared batcher)
-      ─► outbox (answers in the order of their messages) ─► send
+    message ─► Dialect.decode ─► ActRequest of the session ─► ActService.accept (validate,
+      bind) ─► submit_nowait (the shared batcher) ─► outbox (answers in the order of their
+      messages) ─► Outlet.send
 
-The reader takes a message only while fewer than ``max_inflight`` steps are unanswered:
-past that it stops receiving, uvicorn stops reading the socket, and TCP pushes back on
-the client; nothing queues without bound. The writer sends the outbox in order: a step's
-answer waits for those of the messages before it.
+``StreamConnection`` knows no socket: a transport hands it each whole message (``take``)
+and gets the frames back through its ``Outlet`` in message order, a step's answer after
+those of the messages before it. The transport keeps the backpressure: it reads no more
+while ``unanswered`` is at ``RLSERVE_STREAM_MAX_INFLIGHT`` (and, on a socket, while the
+socket's write buffer is full), so TCP pushes back on the client and nothing queues without
+bound. The transports: ``socket.py`` (the frames parsed and written inside the server's
+HTTP protocol, ``rlserve serve``) and ``asgi.py`` (any ASGI server's WebSocket).
+
+The seam of a message's handling: ``_take`` reads a message with the dialect and hands it
+to ``_step``, the single-agent step. A handler of another kind of message puts one ``_Slot``
+in the ``outbox`` per message, in message order, and sets its ``frame`` (then ``_flush``)
+once the answer is known: the order, the backpressure and the close codes stay here.
 
 The connection holds a session id, not a session: every step goes through the act use
 case exactly as an HTTP step with ``session_id`` (the same resolution, binding, batches,
@@ -18,8 +26,10 @@ experience log, metrics). Closing the socket leaves the session to expire as ses
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,115 +85,177 @@ class Dialect(Protocol):
     def frame(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]: ...
 
 
-class _Ending:
+class Outlet(Protocol):
+    """Where a connection's frames go, in order (the socket's writer, or an ASGI ``send``)."""
+
+    def send(self, frame: dict[str, Any]) -> None: ...  # one answer or error frame
+    def close(self, code: int) -> None: ...  # the last thing sent
+
+
+class _Slot:
+    """One place in the outbox: a frame (None until it is known), and the close code to
+    send after it (0: the connection goes on)."""
+
+    __slots__ = ("frame", "code")
+
+    def __init__(self, frame: dict[str, Any] | None = None, code: int = 0):
+        self.frame, self.code = frame, code
+
+
+class _Step(_Slot):
+    """A step in flight: its batch's ``encode`` and ``reply`` (bound methods, no closures)."""
+
+    __slots__ = ("connection", "kind", "tag", "note")
+
+    def __init__(self, connection: StreamConnection, kind: str, tag: str | int | None, note: Any):
+        super().__init__()
+        self.connection, self.kind, self.tag, self.note = connection, kind, tag, note
+
+    def encode(self, accepted: Accepted, output: Any, info: BatchInfo) -> dict[str, Any]:
+        connection = self.connection
+        connection.service.observe_latency(accepted, connection.dialect.label)
+        return connection.dialect.answer(self.kind, connection.service.answer(accepted, output, info), self.tag,
+                                         accepted.policy.pipeline.action_space, accepted.started)
+
+    def reply(self, payload: Any, error: ServiceError | None) -> None:
+        connection = self.connection
+        if error is not None:
+            payload = connection._error(self.kind, error, self.tag)
+        connection._log(200 if error is None else error.status, self.note)
+        self.frame = payload
+        connection._flush()
+
+
+class _Ending(_Slot):
     """The outbox's mark of an ``end`` message: handled once the answers before it are sent."""
 
-    __slots__ = ("kind", "tag")
+    __slots__ = ("kind", "tag", "task")
 
     def __init__(self, kind: str, tag: str | int | None):
+        super().__init__(code=CLOSE_END)
         self.kind, self.tag = kind, tag
+        self.task: asyncio.Task | None = None
 
 
 class StreamConnection:
+    """One session's steps, whatever carries the frames: ``take`` a message, and the answers
+    go to the ``Outlet`` in message order. ``unanswered`` (the messages taken whose frames
+    were not handed on yet) is what a transport holds to ``max_inflight`` by reading less."""
+
     def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None, name: str,
-                 options: StreamOptions, limits: StreamLimits, send: Any, dialect: Dialect = frames.STREAM):
+                 options: StreamOptions, limits: StreamLimits, outlet: Outlet, dialect: Dialect = frames.STREAM):
         self.service, self.metrics, self.access, self.dialect = service, metrics, access, dialect
-        self.name, self.options, self.limits, self.send = name, options, limits, send
+        self.name, self.options, self.limits, self.outlet = name, options, limits, outlet
         self.starts = not options.resume  # the next step starts an episode
         self.seed = options.seed  # seeds the first episode only
         self.outputs: list[Any] = list(options.outputs)  # names route.py checked against Extra
         self.unreadable = 0
-        self.room = asyncio.Semaphore(limits.max_inflight)
-        self.outbox: asyncio.Queue[asyncio.Future | _Ending | int] = asyncio.Queue()
+        self.outbox: deque[_Slot] = deque()
+        self.held: deque[tuple[str, str | bytes, float]] | None = None  # behind a session being read
+        self.closed = False  # a close is queued: no message more is taken
+        self.gone = False  # the socket is gone: nothing more is sent
 
-    async def run(self, receive: Any) -> None:
-        writer = asyncio.get_running_loop().create_task(self._write())
-        try:
-            while True:
-                await self.room.acquire()
-                if writer.done():  # the socket failed or closed: nothing more is sent
-                    break
-                message = await receive()
-                if message["type"] != "websocket.receive":  # websocket.disconnect: the client left
-                    writer.cancel()
-                    break
-                text = message.get("text")
-                if text is not None:
-                    closing = await self._take(frames.TEXT, text)
-                else:
-                    closing = await self._take(frames.BINARY, message.get("bytes") or b"")
-                if closing:
-                    break
-            await asyncio.wait([writer])  # what is queued is sent (or the client is gone)
-        except asyncio.CancelledError:
-            writer.cancel()
-            raise
+    @property
+    def unanswered(self) -> int:
+        return len(self.outbox) + (len(self.held) if self.held is not None else 0)
+
+    def take(self, kind: str, data: str | bytes) -> None:
+        """Handle one message; after a close is queued (``closed``), messages are ignored."""
+        if self.closed:
+            return
+        if self.held is not None:  # a step waits for its session to be read: the later ones wait behind it
+            self.held.append((kind, data, time.perf_counter()))
+            return
+        self._take(kind, data, time.perf_counter())
+
+    def too_big(self, kind: str, size: int) -> None:
+        """A message past ``RLSERVE_MAX_BODY_BYTES``: its error frame, then close 1009."""
+        if not self.closed:
+            self._refuse(kind, body_too_large(size, self.limits.max_message_bytes), None, time.perf_counter(),
+                         CLOSE_TOO_BIG)
+
+    def close(self, code: int) -> None:
+        """Close after the answers already queued (a transport's shutdown)."""
+        if not self.closed:
+            self.closed = True
+            self.outbox.append(_Slot(None, code))
+            self._flush()
+
+    def lost(self) -> None:
+        """The socket is gone: answers still coming are dropped, an ``end`` not yet run is not."""
+        self.gone = self.closed = True
+        self.held = None
+        for slot in self.outbox:
+            if isinstance(slot, _Ending) and slot.task is not None:
+                slot.task.cancel()
+        self.outbox.clear()
 
     # ------------------------------------------------------------------ reading
 
-    async def _take(self, kind: str, data: str | bytes) -> bool:
-        """Handle one message; True when the connection closes after what is queued."""
-        started = time.perf_counter()
-        if len(data) > self.limits.max_message_bytes:  # uvicorn's ws_max_size closes first under `rlserve serve`
-            self._refuse(kind, body_too_large(len(data), self.limits.max_message_bytes), None, started)
-            self.outbox.put_nowait(CLOSE_TOO_BIG)
-            return True
+    def _take(self, kind: str, data: str | bytes, started: float) -> None:
+        if len(data) > self.limits.max_message_bytes:  # a transport without its own limit
+            self._refuse(kind, body_too_large(len(data), self.limits.max_message_bytes), None, started, CLOSE_TOO_BIG)
+            return
         try:
             message = self.dialect.decode(kind, data)
         except frames.Unreadable as exc:
-            self._refuse(kind, exc, None, started)
             self.unreadable += 1
-            if self.unreadable >= self.limits.max_unreadable:
-                self.outbox.put_nowait(CLOSE_UNREADABLE)
-                return True
-            return False
+            limit = self.unreadable >= self.limits.max_unreadable
+            self._refuse(kind, exc, None, started, CLOSE_UNREADABLE if limit else 0)
+            return
         except ServiceError as exc:  # read, but not a step (a dialect's missing observation): not counted
             self._refuse(kind, exc, None, started)
-            return False
+            return
         if message.end:
-            self.outbox.put_nowait(_Ending(kind, message.tag))
-            return True
-        await self._step(kind, message, started)
-        return False
+            self.closed = True
+            self.outbox.append(_Ending(kind, message.tag))
+            self._flush()
+            return
+        self._step(kind, message, started)
 
-    async def _step(self, kind: str, message: frames.StepMessage, started: float) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self.outbox.put_nowait(done)
-        note = None if self.access is None else self.access.note()
-        tag = message.tag
-
-        def accept() -> tuple[Accepted, Any]:
-            token = None if note is None else current_note.set(note)
-            try:
-                return self.service.accept(self.name, self.options.version, request, started), encode
-            finally:
-                if token is not None:
-                    current_note.reset(token)
-
-        def encode(accepted: Accepted, output: Any, info: BatchInfo) -> dict[str, Any]:
-            self.service.observe_latency(accepted, self.dialect.label)
-            return self.dialect.answer(kind, self.service.answer(accepted, output, info), tag,
-                                       accepted.policy.pipeline.action_space, accepted.started)
-
-        def reply(payload: Any, error: ServiceError | None) -> None:
-            if error is not None:
-                payload = self._error(kind, error, tag)
-            self._log(200 if error is None else error.status, note)
-            done.set_result(payload)
-
+    def _step(self, kind: str, message: frames.StepMessage, started: float) -> None:
+        step = _Step(self, kind, message.tag, None if self.access is None else self.access.note())
+        self.outbox.append(step)
         try:
             request = self._request(message)
             try:
-                accepted, _ = accept()
+                accepted = self._accept(request, started, step.note)
             except SessionMiss as miss:  # rare: a resumed session another replica held; read in order
-                accepted, _ = await after_loading(miss, accept)
-            self.service.submit_nowait(accepted, encode, reply)
+                self.held = deque()
+                asyncio.get_running_loop().create_task(self._after_loading(miss, step, request, started))
+                return
+            self.service.submit_nowait(accepted, step.encode, step.reply)
         except Exception as exc:  # a refusal: an error frame, the connection stays open
-            reply(None, as_service_error(exc, log, "stream step failed"))
+            step.reply(None, as_service_error(exc, log, "stream step failed"))
             return
-        # Taken: the stream's next step starts an episode after one that ended.
+        self._taken(message)
+
+    def _taken(self, message: frames.StepMessage) -> None:
+        """The step went to its batch: the next starts an episode after one that ended."""
         self.starts = message.terminated or message.truncated
         self.seed = None
+
+    def _accept(self, request: ActRequest, started: float, note: Any) -> Accepted:
+        token = None if note is None else current_note.set(note)
+        try:
+            return self.service.accept(self.name, self.options.version, request, started)
+        finally:
+            if token is not None:
+                current_note.reset(token)
+
+    async def _after_loading(self, miss: SessionMiss, step: _Step, request: ActRequest, started: float) -> None:
+        try:
+            accepted = await after_loading(miss, functools.partial(self._accept, request, started, step.note))
+            self.service.submit_nowait(accepted, step.encode, step.reply)
+            self.starts, self.seed = request.terminated or request.truncated, None
+        except Exception as exc:
+            step.reply(None, as_service_error(exc, log, "stream step failed"))
+        held, self.held = self.held, None
+        while held and self.held is None and not self.closed:  # the messages that came meanwhile, in order
+            kind, data, at = held.popleft()
+            self._take(kind, data, at)
+        if held and self.held is not None:
+            self.held.extendleft(reversed(held))
 
     def _request(self, message: frames.StepMessage) -> ActRequest:
         options = self.options
@@ -200,14 +272,15 @@ class StreamConnection:
             step=message.step, explore=options.explore, outputs=self.outputs, debug=options.debug,
             terminated=message.terminated, truncated=message.truncated)
 
-    def _refuse(self, kind: str, exc: ServiceError, tag: str | int | None, started: float) -> None:
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(self._error(kind, exc, tag))
-        self.outbox.put_nowait(done)
+    def _refuse(self, kind: str, exc: ServiceError, tag: str | int | None, started: float, code: int = 0) -> None:
+        if code:
+            self.closed = True
+        self.outbox.append(_Slot(self._error(kind, exc, tag), code))
         if self.access is not None:
             note = self.access.note()
             note.started = started
             self._log(exc.status, note)
+        self._flush()
 
     def _error(self, kind: str, exc: ServiceError, tag: str | int | None) -> dict[str, Any]:
         if self.metrics is not None:
@@ -220,27 +293,27 @@ class StreamConnection:
 
     # ------------------------------------------------------------------ writing
 
-    async def _write(self) -> None:
-        """Send the outbox in order; a close code or an ``end`` is the last thing sent."""
-        send, outbox, room = self.send, self.outbox, self.room
-        try:
-            while True:
-                item = await outbox.get()
-                if isinstance(item, int):
-                    await send({"type": "websocket.close", "code": item})
-                    return
-                if isinstance(item, _Ending):
-                    await send(await self._end(item))
-                    await send({"type": "websocket.close", "code": CLOSE_END})
-                    return
-                await send(await item)
-                room.release()
-        except OSError:  # the client is gone (uvicorn's ClientDisconnected): the reader sees it too
-            return
-        finally:
-            room.release()  # a reader waiting for room wakes, sees the writer done, and stops
+    def _flush(self) -> None:
+        """Hand the outbox's ready frames on, in order; an ``end`` runs once it is first."""
+        outbox, outlet = self.outbox, self.outlet
+        while outbox and not self.gone:
+            slot = outbox[0]
+            if slot.frame is None:
+                if isinstance(slot, _Ending):
+                    if slot.task is None:
+                        slot.task = asyncio.get_running_loop().create_task(self._end(slot))
+                elif slot.code:
+                    outbox.popleft()
+                    outlet.close(slot.code)
+                return
+            outbox.popleft()
+            outlet.send(slot.frame)
+            if slot.code:
+                outbox.clear()
+                outlet.close(slot.code)
+                return
 
-    async def _end(self, ending: _Ending) -> dict[str, Any]:
+    async def _end(self, ending: _Ending) -> None:
         """End the session (every step before it was answered): the answer to ``end``."""
         entry_id = self.options.session_id
         try:
@@ -248,9 +321,10 @@ class StreamConnection:
             session = await sessions.lookup(entry_id)
             await sessions.close(session)
         except Exception as exc:  # gone already (expired, ended elsewhere): said, then closed
-            return self._error(ending.kind, as_service_error(exc, log, "stream end failed"), ending.tag)
-        payload: dict[str, Any] = {"ended": entry_id}
-        if ending.tag is not None:
-            payload["tag"] = ending.tag
-        return self.dialect.frame(ending.kind, payload)
-
+            ending.frame = self._error(ending.kind, as_service_error(exc, log, "stream end failed"), ending.tag)
+        else:
+            payload: dict[str, Any] = {"ended": entry_id}
+            if ending.tag is not None:
+                payload["tag"] = ending.tag
+            ending.frame = self.dialect.frame(ending.kind, payload)
+        self._flush()

@@ -8,6 +8,10 @@ route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 
 option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
 open (openpi connections count as streams). A server without that extension gets a close
 before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
+
+Two transports share ``admit``, ``refused`` and ``connect``: ``__call__`` is the ASGI
+server's WebSocket (``asgi.py``), and ``upgrade.py`` takes the upgrade inside ``rlserve
+serve``'s HTTP protocol (``protocol.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
-from rlserve.service.stream import frames, openpi
-from rlserve.service.stream.connection import Dialect, StreamConnection, StreamLimits, StreamOptions
+from rlserve.service.serving.policy import Policy
+from rlserve.service.stream import asgi, frames, openpi
+from rlserve.service.stream.connection import Dialect, Outlet, StreamConnection, StreamLimits, StreamOptions
 
 log = logging.getLogger("rlserve.stream")
 
@@ -71,7 +76,9 @@ class StreamRoute:
     def match(self, scope: dict[str, Any]) -> Upgrade | None:
         if scope["type"] != "websocket":
             return None
-        path = scope["path"]
+        return self.match_path(scope["path"])
+
+    def match_path(self, path: str) -> Upgrade | None:
         if path == "/" and self.openpi_model is not None:
             return Upgrade(self.openpi_model, True, "/")
         found = STREAM_PATH.match(path)
@@ -81,40 +88,62 @@ class StreamRoute:
             return Upgrade(found["name"], True, OPENPI_ROUTE)
         return Upgrade(found["name"], False, frames.STREAM.route)
 
+    def admit(self, match: Upgrade, query: bytes) -> tuple[StreamOptions, Policy]:
+        """The upgrade's options and the policy it streams; raises what refuses it."""
+        if self.open >= self.max_connections:
+            raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
+                              field="connections", expected=f"at most {self.max_connections}",
+                              received=self.open + 1, headers={"Retry-After": "1"})
+        options = stream_options(query, _OPENPI_OPTIONS if match.openpi else _OPTIONS)
+        return options, self.service.registry.entry(match.name).policy(options.version)  # 404s before the accept
+
+    def refused(self, match: Upgrade, exc: Exception, note: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """An upgrade refused: its status, JSON body and headers, and its access-log line."""
+        error = as_service_error(exc, log, "stream upgrade failed")
+        if note is not None and self.access is not None:
+            self.access.record("WS", match.route, error.status, note, match.name)
+        return error_reply(error, self.metrics)
+
+    def connect(self, match: Upgrade, options: StreamOptions, policy: Policy,
+                outlet: Outlet) -> tuple[StreamConnection, dict[str, Any] | None]:
+        """The stream's connection (counted in ``open`` until ``closed``), and the frame to
+        send first (openpi's metadata)."""
+        self.open += 1
+        dialect: Dialect = frames.STREAM
+        first = None
+        if match.openpi:
+            key = options.observation_key
+            dialect = openpi.OpenpiFrames(match.route, key, isinstance(policy.pipeline.obs_space, gs.Dict))
+            first = openpi.binary(openpi.metadata(policy, options.session_id, key))
+        return StreamConnection(self.service, self.metrics, self.access, match.name, options, self.limits, outlet,
+                                dialect), first
+
+    def closed(self) -> None:
+        self.open -= 1
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: Upgrade) -> None:
+        """The ASGI server's WebSocket (``asgi.py``)."""
         if (await receive())["type"] != "websocket.connect":
             return
         note = None if self.access is None else self.access.note()
-        name = match.name
         try:
-            if self.open >= self.max_connections:
-                raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
-                                  field="connections", expected=f"at most {self.max_connections}",
-                                  received=self.open + 1, headers={"Retry-After": "1"})
-            options = stream_options(scope.get("query_string", b""), _OPENPI_OPTIONS if match.openpi else _OPTIONS)
-            policy = self.service.registry.entry(name).policy(options.version)  # 404s before the accept
+            options, policy = self.admit(match, scope.get("query_string", b""))
         except Exception as exc:
-            error = as_service_error(exc, log, "stream upgrade failed")
-            await self._refuse(scope, send, error)
-            if note is not None and self.access is not None:
-                self.access.record("WS", match.route, error.status, note, name)
+            await self._refuse(scope, send, *self.refused(match, exc, note))
             return
-        self.open += 1
+        outlet = asgi.AsgiOutlet()
+        connection, first = self.connect(match, options, policy, outlet)
         try:
             await send({"type": "websocket.accept"})
-            dialect: Dialect = frames.STREAM
-            if match.openpi:
-                key = options.observation_key
-                dialect = openpi.OpenpiFrames(match.route, key, isinstance(policy.pipeline.obs_space, gs.Dict))
-                await send(openpi.binary(openpi.metadata(policy, options.session_id, key)))
-            connection = StreamConnection(self.service, self.metrics, self.access, name, options, self.limits, send,
-                                          dialect)
-            await connection.run(receive)
+            if first is not None:
+                await send(first)
+            await asgi.run(connection, outlet, receive, send)
         finally:
-            self.open -= 1
+            self.closed()
 
-    async def _refuse(self, scope: dict[str, Any], send: Any, error: ServiceError) -> None:
-        status, body, headers = error_reply(error, self.metrics)
+    @staticmethod
+    async def _refuse(scope: dict[str, Any], send: Any, status: int, body: bytes,
+                      headers: list[tuple[bytes, bytes]]) -> None:
         if "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": CLOSE_FULL if status == 503 else 1008})
             return

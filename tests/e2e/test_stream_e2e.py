@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import tempfile
 import time
 import uuid
@@ -311,3 +313,92 @@ def test_episode_start_with_a_seed_restarts_the_episode_and_a_seed_alone_is_refu
         refused = json.loads(ws.recv(timeout=10))
         assert (refused["status"], refused["error"]["field"]) == (400, "seed")
         assert play(ws, {"episode_start": True, "seed": 5}) == expected
+
+
+# --------------------------------------------------------------------------- the socket itself
+
+def _raw_upgrade(url: str, headers: dict[str, str], path: str = f"/v1/models/{MODEL}/stream?seed=1"):
+    """A TCP socket that sent an upgrade request with ``headers``, and the server's answer head."""
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\n{lines}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    return sock, head.decode("latin-1").lower()
+
+
+_UPGRADE = {"upgrade": "websocket", "connection": "Upgrade", "sec-websocket-version": "13",
+            "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-extensions": "permessage-deflate"}
+
+
+def _client_frame(opcode: int, payload: bytes, fin: bool = True, mask: bytes = b"\x01\x02\x03\x04") -> bytes:
+    head = bytes([(0x80 if fin else 0) | opcode, 0x80 | len(payload)])  # payloads under 126 bytes here
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _server_frame(sock) -> tuple[int, bytes]:
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            more = sock.recv(n - len(data))
+            assert more, "the server closed the socket before a whole frame"
+            data += more
+        return data
+
+    first, second = exactly(2)
+    assert not second & 0x80  # server frames are never masked
+    n = second & 0x7F
+    if n == 126:
+        n = int.from_bytes(exactly(2), "big")
+    elif n == 127:
+        n = int.from_bytes(exactly(8), "big")
+    return first & 0x0F, exactly(n)
+
+
+@pytest.mark.parametrize("headers, status, field", [
+    ({**_UPGRADE, "sec-websocket-version": "8"}, 426, "sec-websocket-version"),
+    ({k: v for k, v in _UPGRADE.items() if k != "sec-websocket-key"}, 400, "sec-websocket-key"),
+    ({**_UPGRADE, "sec-websocket-key": "c2hvcnQ="}, 400, "sec-websocket-key")])
+def test_an_upgrade_the_rfc_refuses_is_answered_with_the_json_error_body(url, headers, status, field):
+    sock, head = _raw_upgrade(url, headers)
+    with sock:
+        assert head.startswith(f"http/1.1 {status}")
+        if status == 426:
+            assert "sec-websocket-version: 13\r\n" in head
+        length = int(head.split("content-length: ", 1)[1].split("\r\n", 1)[0])
+        body = b""
+        while len(body) < length:
+            body += sock.recv(length - len(body))
+        assert json.loads(body)["error"]["field"] == field
+
+
+def test_fragments_with_a_ping_between_are_one_step_and_a_close_is_echoed(url):
+    sock, head = _raw_upgrade(url, _UPGRADE)
+    with sock:
+        assert head.startswith("http/1.1 101")
+        assert "sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=" in head  # RFC 6455's example key
+        assert "sec-websocket-extensions" not in head  # permessage-deflate offered, not taken
+        message = json.dumps({"observation": [0.0, 0.1], "tag": "f"}).encode()
+        sock.sendall(_client_frame(0x1, message[:10], fin=False) + _client_frame(0x9, b"hi")
+                     + _client_frame(0x0, message[10:20], fin=False) + _client_frame(0x0, message[20:]))
+        assert _server_frame(sock) == (0xA, b"hi")  # the pong, before the fragmented message's answer
+        opcode, answer = _server_frame(sock)
+        assert opcode == 0x1 and json.loads(answer)["tag"] == "f" and json.loads(answer)["action"] in (0, 1)
+        sock.sendall(_client_frame(0x8, struct.pack("!H", 1001)))
+        assert _server_frame(sock) == (0x8, struct.pack("!H", 1001))
+        assert sock.recv(1) == b""  # and the server closed the socket
+
+
+@pytest.mark.parametrize("frame, code", [
+    (bytes([0x81, 0x02]) + b"{}", 1002),  # not masked
+    (_client_frame(0x3, b"x"), 1002),  # a reserved opcode
+    (_client_frame(0x0, b"x"), 1002),  # a continuation of nothing
+    (_client_frame(0x1, b"\xff"), 1007)])  # text that is not UTF-8
+def test_a_frame_that_breaks_the_protocol_closes_with_its_code(url, frame, code):
+    sock, head = _raw_upgrade(url, _UPGRADE)
+    with sock:
+        assert head.startswith("http/1.1 101")
+        sock.sendall(frame)
+        assert _server_frame(sock) == (0x8, struct.pack("!H", code))
