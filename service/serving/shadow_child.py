@@ -1,10 +1,11 @@
 """The candidate's process: ``python -m rlserve.service.serving.shadow_child SOCKET_FD COUNTERS_FD``.
 
 Started by the server for each shadow (``rlserve.service.shadow.process``), never by hand.
-It lowers its priority (nice 19), reads its ``ChildConfig`` (the first message), loads the
-candidate's bundle itself (ONNX Runtime or TorchScript, as the server would), and then
-runs the candidate on the rows the server hands over (``ShadowRunner``), in batches of up
-to ``MAX_ROWS`` rows with no session twice. It keeps the candidate's per-session state
+It reads its ``ChildConfig`` (the first message), loads the candidate's bundle itself
+(ONNX Runtime or TorchScript, as the server would), lowers its priority to nice 19 (a
+start at that priority on a busy machine took longer than 30 s), and then runs the
+candidate on the rows the server hands over (``ShadowRunner``), in batches of up to
+``MAX_ROWS`` rows with no session twice. It keeps the candidate's per-session state
 (and writes it to the session store when the server has one), writes the scores of logged
 steps to the experience log's ``shadow/`` table with a writer of its own, and publishes its
 counts after each batch.
@@ -38,6 +39,7 @@ from rlserve.service.settings import Settings
 from rlserve.service.shadow.durable import DurableShadowState
 from rlserve.service.shadow.process import MAX_MESSAGE, NICE, SEND_BUFFER, Counters
 from rlserve.service.shadow.queue import ShadowQueue
+from rlserve.service.shadow.rows import RowBatch
 from rlserve.service.shadow.runner import MAX_ROWS, ShadowRunner
 
 log = logging.getLogger("rlserve.shadow")
@@ -63,7 +65,6 @@ def main(argv: list[str]) -> int:
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.nice(NICE)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s %(name)s [shadow process {os.getpid()}]: %(message)s")
     config: ChildConfig = pickle.loads(channel.recv(RECEIVE_BYTES))
@@ -71,9 +72,15 @@ def main(argv: list[str]) -> int:
         runner, writer = _build(config)
     except Exception as exc:
         log.exception("shadow %s on %s: the candidate cannot be run", config.label, config.live)
-        channel.send(f"{type(exc).__name__}: {exc}".encode()[:MAX_MESSAGE])
+        try:
+            channel.send(f"{type(exc).__name__}: {exc}".encode()[:MAX_MESSAGE])
+        except OSError:  # the server is gone already
+            pass
         return 1
-    log.info("shadow %s on %s: running (pid %d, nice %d)", config.label, config.live, os.getpid(), NICE)
+    os.nice(NICE)
+    counters.set(ready=1)
+    log.info("shadow %s on %s: running (pid %d, nice %d)", config.label, config.live, os.getpid(),
+             os.getpriority(os.PRIO_PROCESS, 0))
     try:
         _serve(channel, runner, counters, stopping)
     finally:
@@ -143,7 +150,7 @@ def _receive(channel: socket.socket, queue: ShadowQueue, buffer: memoryview, wai
             return False
         if size == 0:
             return False
-        queue.offer(pickle.loads(buffer[:size]))
+        queue.offer(RowBatch.from_wire(pickle.loads(buffer[:size])).rows())
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ the module being ``rlserve.service.serving.shadow_child``), so the candidate's P
 holds the server's interpreter lock: the live loop gives up nothing but the CPU the
 process, at the lowest priority (nice 19), takes when the live loop leaves it.
 
-- **Rows** cross a ``SOCK_SEQPACKET`` Unix socket pair: one message per live batch, the
-  batch's ``ShadowRow``s pickled at once (protocol 5: numpy arrays as raw buffers). The
+- **Rows** cross a ``SOCK_SEQPACKET`` Unix socket pair: one message per live batch, its
+  ``RowBatch`` (columns) pickled. The
   server's end never blocks: a message the socket has no room for is refused and its rows
   are dropped and counted (``ShadowQueue.lost``). The first message is the process's
   configuration; the only message back is why it failed, sent before it exits.
@@ -34,10 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from rlserve.service.shadow.rows import RowBatch
+
 log = logging.getLogger("rlserve.shadow")
 
-COUNTS = ("taken", "scored", "unknown", "failed", "unwritten", "store_failures", "sessions")
-NICE = 19  # the candidate's process priority: it runs on what the live loop leaves
+COUNTS = ("ready", "taken", "scored", "unknown", "failed", "unwritten", "store_failures", "sessions")
+# The candidate's process priority once it loaded the candidate: it runs on what the live
+# loop leaves. It starts (imports, loads) at the server's: at nice 19 on a busy machine a
+# start took longer than 30 s (measured), every row meanwhile dropped.
+NICE = 19
 SEND_BUFFER = 4 << 20  # bytes of rows the socket may hold (asked; the kernel may give less)
 MAX_MESSAGE = 1 << 16  # the largest message back (why the process failed)
 STOP_S = 30.0  # how long a stopping process may take to finish its batch and write its log
@@ -87,18 +92,24 @@ class CandidateProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def send(self, rows: list[Any]) -> list[Any]:
-        """Hand ``rows`` over; the rows not sent (the socket had no room, or is closed). A
-        message too large for the socket is sent in halves."""
+    def send(self, batch: RowBatch) -> RowBatch | None:
+        """Hand ``batch`` over; the rows not sent (None: all sent) when the socket has no
+        room or is closed."""
+        sent = self._send(batch)
+        return None if sent == len(batch) else batch.take(list(range(sent, len(batch))))
+
+    def _send(self, batch: RowBatch) -> int:
+        """How many of ``batch``'s first rows were sent; a message too large for the socket
+        is sent in halves."""
         try:
-            self._socket.send(pickle.dumps(rows, protocol=5))
-            return []
+            self._socket.send(pickle.dumps(batch.wire(), protocol=5))
+            return len(batch)
         except OSError as exc:  # full (EAGAIN), too large (EMSGSIZE), or the process is gone (EPIPE)
-            if exc.errno != errno.EMSGSIZE or len(rows) < 2:
-                return rows
-        half = len(rows) // 2
-        unsent = self.send(rows[:half])
-        return unsent + rows[half:] if unsent else self.send(rows[half:])
+            if exc.errno != errno.EMSGSIZE or len(batch) < 2:
+                return 0
+        half = len(batch) // 2
+        sent = self._send(batch.take(list(range(half))))
+        return sent if sent < half else half + self._send(batch.take(list(range(half, len(batch)))))
 
     def exited(self) -> int | None:
         """The process's exit status once it exited (reading why, if it said)."""

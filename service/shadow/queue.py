@@ -1,7 +1,7 @@
 """The shadow's bounded queue, and the rule for a session whose row was dropped.
 
-Two sides use it. In the server, ``admit`` decides per live batch which rows go to the
-candidate's process (a lock and a loop over the rows): rows waiting for the candidate
+Two sides use it. In the server, ``admit`` decides per live batch (a ``RowBatch``) which
+rows go to the candidate's process (a lock and a loop over the rows): rows waiting for the candidate
 (handed over, not yet taken into a candidate batch) are at most ``capacity``; past that,
 rows are dropped and counted, so the live request never waits for the shadow. Rows the
 hand-over itself refused (``lost``) are dropped the same way. In the candidate's process
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlserve.service.shadow.rows import ShadowRow
+from rlserve.service.shadow.rows import RowBatch, ShadowRow
 
 MAX_BROKEN = 100_000
 
@@ -52,48 +53,48 @@ class ShadowQueue:
     def offer(self, rows: list[ShadowRow]) -> None:
         """Queue ``rows`` (in order), dropping what does not fit and skipping broken sessions."""
         with self._lock:
-            self._rows.extend(self._admit(rows, len(self._rows)))
+            keep = self._admit([(r.session_id, r.reset, r.end) for r in rows], len(self._rows))
+            self._rows.extend(rows[i] for i in keep)
 
-    def admit(self, rows: list[ShadowRow], taken: int) -> list[ShadowRow]:
-        """The ``rows`` to hand over, in order, when the other side took ``taken`` of those
-        admitted so far: what does not fit is dropped, broken sessions skipped."""
+    def admit(self, batch: RowBatch, taken: int) -> RowBatch | None:
+        """The rows of ``batch`` to hand over (None: none), when the other side took ``taken``
+        of those admitted so far: what does not fit is dropped, broken sessions skipped."""
         with self._lock:
-            kept = self._admit(rows, self.admitted - taken)
-            self.admitted += len(kept)
-        return kept
+            keep = self._admit(zip(batch.sessions, batch.reset, batch.ends, strict=True), self.admitted - taken)
+            self.admitted += len(keep)
+        return batch.take(keep) if keep else None
 
-    def lost(self, rows: list[ShadowRow]) -> None:
-        """``rows`` admitted but never handed over: dropped, their sessions broken."""
+    def lost(self, batch: RowBatch) -> None:
+        """Rows admitted but never handed over: dropped, their sessions broken."""
         with self._lock:
-            self.admitted -= len(rows)
-            for row in rows:
-                self._drop(row)
+            self.admitted -= len(batch)
+            for session, end in zip(batch.sessions, batch.ends, strict=True):
+                self._drop(session, end)
 
-    def _admit(self, rows: list[ShadowRow], held: int) -> list[ShadowRow]:
+    def _admit(self, rows: Iterable[tuple[str | None, bool, int]], held: int) -> list[int]:
+        """The indices of ``rows`` (session, reset, end) that fit beside ``held`` rows waiting."""
         counts, broken, capacity = self.counts, self._broken, self.capacity
-        counts.offered += len(rows)
-        if self.closed:
-            counts.dropped += len(rows)
-            return []
-        kept: list[ShadowRow] = []
-        for row in rows:
-            session = row.session_id
+        keep: list[int] = []
+        for index, (session, reset, end) in enumerate(rows):
+            counts.offered += 1
+            if self.closed:
+                counts.dropped += 1
+                continue
             if session is not None and broken:
-                if row.reset:
+                if reset:
                     broken.pop(session, None)
                 elif session in broken:
                     counts.skipped += 1
                     continue
-            if held + len(kept) >= capacity:
-                self._drop(row)
+            if held + len(keep) >= capacity:
+                self._drop(session, end)
                 continue
-            kept.append(row)
-        return kept
+            keep.append(index)
+        return keep
 
-    def _drop(self, row: ShadowRow) -> None:
+    def _drop(self, session: str | None, end: int) -> None:
         self.counts.dropped += 1
-        session = row.session_id
-        if session is not None and not row.end:  # an episode's last row breaks nothing after it
+        if session is not None and not end:  # an episode's last row breaks nothing after it
             self._broken[session] = None
             if len(self._broken) > MAX_BROKEN:
                 self._broken.popitem(last=False)

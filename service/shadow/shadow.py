@@ -15,7 +15,7 @@ from typing import Any
 
 from rlserve.service.shadow.process import CandidateProcess
 from rlserve.service.shadow.queue import ShadowQueue
-from rlserve.service.shadow.rows import shadow_rows
+from rlserve.service.shadow.rows import batch_rows
 
 log = logging.getLogger("rlserve.shadow")
 
@@ -33,9 +33,9 @@ class Shadow:
 
     def offer(self, steps: list[Any], results: list[Any]) -> None:
         """The live batch's ``steps`` whose answers stand (each with its ``StepOutput``)."""
-        rows = self.queue.admit(shadow_rows(steps, results), self.process.counters["taken"])
-        unsent = self.process.send(rows) if rows else rows
-        if unsent:
+        batch = self.queue.admit(batch_rows(steps, results), self.process.counters["taken"])
+        unsent = None if batch is None else self.process.send(batch)
+        if unsent is not None:
             self.queue.lost(unsent)
 
     def stop(self, reason: str, wait: bool = False) -> None:
@@ -66,6 +66,13 @@ class Shadow:
                 "skipped_broken": queue.skipped + counters["unknown"], "failed": counters["failed"],
                 "unwritten": counters["unwritten"], "store_failures": counters["store_failures"]}
 
+    def state(self) -> str:
+        """``starting`` (its process loads the candidate; rows wait or are dropped), ``running``
+        or ``stopped``."""
+        if self.stopped is not None:
+            return "stopped"
+        return "running" if self.process.counters["ready"] else "starting"
+
     def describe(self) -> dict[str, Any]:
         model, _, version = self.live.rpartition("@")
         cand_model, _, cand_version = self.candidate.rpartition("@")
@@ -73,6 +80,6 @@ class Shadow:
         return {"live": {"model": model, "version": version},
                 "candidate": {"model": cand_model, "version": cand_version},
                 "queue_rows": self.queue.capacity, "queue_depth": depth,
-                "state": "running" if self.stopped is None else "stopped", "stopped_because": self.stopped,
+                "state": self.state(), "stopped_because": self.stopped,
                 "shadow_sessions": self.process.counters["sessions"], "counts": counts,
                 "state_store": self.state_store, "process_id": self.process.pid}
