@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     log.info("shadow %s on %s: running (pid %d, nice %d)", config.label, config.live, os.getpid(),
              os.getpriority(os.PRIO_PROCESS, 0))
     try:
-        _serve(channel, runner, counters, stopping)
+        _serve(channel, runner, counters, stopping, writer)
     finally:
         runner.close()
         if writer is not None:
@@ -115,7 +115,8 @@ def _sink(writer: ExperienceWriter, model: ModelLog) -> Any:
     return lambda scores: writer.offer_shadow(model, scores)
 
 
-def _serve(channel: socket.socket, runner: ShadowRunner, counters: Counters, stopping: list[bool]) -> None:
+def _serve(channel: socket.socket, runner: ShadowRunner, counters: Counters, stopping: list[bool],
+           writer: ExperienceWriter | None) -> None:
     queue = ShadowQueue(sys.maxsize)  # the server bounds what it hands over
     buffer = memoryview(bytearray(RECEIVE_BYTES))
     channel.setblocking(False)
@@ -127,8 +128,9 @@ def _serve(channel: socket.socket, runner: ShadowRunner, counters: Counters, sto
         if rows:
             runner.run(rows)
             counts = runner.counts
+            failed_writes = 0 if writer is None else writer.dropped.get("write_failed", 0)
             counters.set(scored=counts.scored, unknown=counts.unknown, failed=counts.failed,
-                         unwritten=counts.unwritten, sessions=len(runner.store),
+                         unwritten=counts.unwritten + failed_writes, sessions=len(runner.store),
                          store_failures=0 if runner.durable is None else runner.durable.failures)
             counters.set(taken=counts.taken)  # last: the server reads a taken row's outcome as counted
         elif not open_:
