@@ -5,7 +5,8 @@ steps, one session per connection. First the peak: closed-loop load at ``--peak-
 connections, shadow off. Then, at half that request rate (paced: each of ``--c``
 connections sends on a fixed schedule, latency measured from the scheduled send), rounds
 with the shadow on and off, alternating the order; the shadow is switched through the
-admin API between rounds, so both sides are the same process. Target: live p50 with the
+admin API between rounds, so both sides are the same server (each "on" round starts once
+the candidate's process has loaded the candidate). Target: live p50 with the
 shadow on <= 1.1x off, 0 failed requests. The shadow's counts (rows scored, dropped by a
 full queue, skipped) are printed after each "on" round.
 
@@ -44,6 +45,15 @@ def admin(port: int, method: str, body: dict | None = None) -> dict:
                                      headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
+
+
+def started(port: int, timeout: float = 120.0) -> None:
+    """Wait until the shadow's process loaded the candidate (its state leaves ``starting``)."""
+    deadline = time.monotonic() + timeout
+    while (state := admin(port, "GET")["state"]) == "starting" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if state != "running":
+        raise SystemExit(f"the shadow did not start: {admin(port, 'GET')}")
 
 
 async def _paced(port: int, requests: list[bytes], interval: float, start: float, stop_at: float,
@@ -136,6 +146,7 @@ def main() -> None:
                 for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
                     if side == "on":
                         admin(port, "PUT", shadow)
+                        started(port)
                     got[side] = paced(port, rate, args.c, args, rng)
                     if side == "on":
                         counts = admin(port, "DELETE")["counts"]

@@ -207,7 +207,7 @@ async def _lifespan(app: RLServeApp):
             await grpc_server.stop(GRPC_GRACE_S)
         for task in tasks:
             task.cancel()
-        await asyncio.to_thread(app.state.registry.shadows.close)  # their threads stop before the runtimes go
+        await asyncio.to_thread(app.state.registry.shadows.close)  # their processes write their logs and exit
         for policy in app.state.registry.policies():
             await policy.close()  # uploaded archives' unpacked files too
         if app.state.experience is not None:  # the batchers stopped: write what the log holds

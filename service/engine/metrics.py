@@ -247,7 +247,7 @@ class _VersionGauge:
 
 class _ShadowCollector:
     """The shadows' counts (``rlserve.service.shadow``), read from them at scrape time: the
-    live path and the shadow's thread only add to plain integers."""
+    live path and the candidate's process only add to plain integers."""
 
     def __init__(self, stats: ShadowStats):
         self._stats = stats

@@ -124,7 +124,7 @@ class ExperienceWriter:
         return self._put(model, events, len(events))
 
     def offer_shadow(self, model: ModelLog, scores: list[ShadowScore]) -> bool:
-        """Queue a shadow candidate's scores (the shadow's thread); False when dropped."""
+        """Queue a shadow candidate's scores (the candidate's process, with a writer of its own); False when dropped."""
         return self._put(model, scores, len(scores))
 
     def note_unfinished(self, count: int) -> None:

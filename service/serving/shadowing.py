@@ -13,10 +13,12 @@ import logging
 from typing import Any
 
 from rlserve.service.errors import InvalidInput, NotFound, quoted
+from rlserve.service.serving import shadow_child
 from rlserve.service.serving.policy import Policy
-from rlserve.service.shadow.durable import DurableShadowState, namespace
+from rlserve.service.serving.shadow_child import ChildConfig
+from rlserve.service.shadow.durable import namespace
+from rlserve.service.shadow.process import CandidateProcess
 from rlserve.service.shadow.queue import ShadowQueue
-from rlserve.service.shadow.runner import ShadowRunner
 from rlserve.service.shadow.shadow import Shadow
 
 log = logging.getLogger("rlserve.shadow")
@@ -47,32 +49,25 @@ class ShadowControl:
                                    expected={space: ours[space]}, received={space: theirs[space]})
         self.stop(live.name, "replaced")
         settings = self.settings
-        label = f"{candidate.name}@{candidate.version}"
-        durable = None
-        if settings.session_store is not None:
-            durable = DurableShadowState(settings.session_store,
-                                         namespace(settings.session_store_prefix, f"{live.name}@{live.version}", label),
-                                         ttl_s=settings.session_idle_ttl_s, timeout_s=settings.session_store_timeout_s)
-        runner = ShadowRunner(candidate.step, ShadowQueue(queue_rows), label, max_sessions=settings.max_sessions,
-                              idle_ttl_s=settings.session_idle_ttl_s, sink=self._sink(live), durable=durable)
-        shadow = Shadow(f"{live.name}@{live.version}", label, runner)
+        label, live_label = f"{candidate.name}@{candidate.version}", f"{live.name}@{live.version}"
+        store = settings.session_store
+        config = ChildConfig(candidate.bundle.root, label, live_label, settings, self._model_log(live),
+                             None if store is None else namespace(settings.session_store_prefix, live_label, label))
+        process = CandidateProcess(shadow_child.__name__, config)
+        shadow = Shadow(live_label, label, ShadowQueue(queue_rows), process,
+                        state_store="this process" if store is None else "external")
         # The raw observations (a candidate may preprocess them its own way) are kept
         # on the step, as the experience log keeps them.
         live.preparer.keep_raw = True
         live.step.shadow = shadow
-        shadow.start()
         self.shadows[live.name] = shadow
         self._live[live.name] = live
         log.info("shadow: %s runs on %s's traffic (queue %d rows)", label, live.key, queue_rows)
         return shadow
 
-    def _sink(self, live: Policy) -> Any:
+    def _model_log(self, live: Policy) -> Any:
         """Where the scores of logged steps go: the live model's part of the experience log."""
-        experience = self.experience
-        model = None if experience is None else experience.model_log(live.name)
-        if model is None:
-            return None
-        return lambda scores: experience.writer.offer_shadow(model, scores)
+        return None if self.experience is None else self.experience.model_log(live.name)
 
     def get(self, name: str) -> Shadow:
         shadow = self.shadows.get(name)
@@ -87,12 +82,12 @@ class ShadowControl:
         self._live.pop(name, None)
         return shadow
 
-    def stop(self, name: str, reason: str) -> None:
+    def stop(self, name: str, reason: str, wait: bool = False) -> None:
         shadow = self.shadows.get(name)
         if shadow is None or shadow.stopped is not None:
             return
         stopped: Shadow = shadow
-        stopped.stop(reason)
+        stopped.stop(reason, wait)
         live = self._live.get(name)
         if live is not None and live.step.shadow is stopped:
             live.step.shadow = None
@@ -110,10 +105,10 @@ class ShadowControl:
 
     def close(self) -> None:
         for name in list(self.shadows):
-            self.stop(name, "server stopping")
+            self.stop(name, "server stopping", wait=True)  # its log written before the server's ends
 
     def stats(self):
         """(live model, live version, candidate, counts, queue depth) per shadow, for /metrics."""
         for shadow in list(self.shadows.values()):
             model, _, version = shadow.live.rpartition("@")
-            yield model, version, shadow.candidate, shadow.counts(), len(shadow.queue)
+            yield model, version, shadow.candidate, shadow.counts(), shadow.depth()

@@ -14,7 +14,7 @@ When the runner meets a row of a session whose state it does not hold at the ste
 MGET per batch). A record is used only when it left off exactly at the step before the
 row's; otherwise the session is broken until its next episode start (the shadow's rule).
 
-The writes and reads happen in the shadow's thread with a client of its own: the live path
+The writes and reads happen in the candidate's process with a client of its own: the live path
 never waits for them. A store that fails is logged (at most every 10 s) and counted; the
 shadow goes on with the state it holds.
 """

@@ -1,8 +1,11 @@
 """The shadow's bounded queue, and the rule for a session whose row was dropped.
 
-The live batch step only appends here (``offer``: a lock and a deque extend per batch);
-the shadow's thread takes rows (``take``). When the queue holds ``capacity`` rows, rows
-are dropped and counted: the live request never waits for the shadow.
+Two sides use it. In the server, ``admit`` decides per live batch (a ``RowBatch``) which
+rows go to the candidate's process (a lock and a loop over the rows): rows waiting for the candidate
+(handed over, not yet taken into a candidate batch) are at most ``capacity``; past that,
+rows are dropped and counted, so the live request never waits for the shadow. Rows the
+hand-over itself refused (``lost``) are dropped the same way. In the candidate's process
+the queue holds what arrived (``offer``) until the runner takes a batch (``take``).
 
 A dropped row of a session breaks that session's shadow state (the candidate would never
 see the step, and its recurrent state and previous action would go wrong). The rule: the
@@ -17,17 +20,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlserve.service.shadow.rows import ShadowRow
+from rlserve.service.shadow.rows import RowBatch, ShadowRow
 
 MAX_BROKEN = 100_000
 
 
 @dataclass
 class QueueCounts:
-    offered: int = 0  # rows that reached ``offer``
-    dropped: int = 0  # rows dropped because the queue was full
+    offered: int = 0  # rows that reached ``offer`` or ``admit``
+    dropped: int = 0  # rows dropped because the queue was full (or the hand-over refused them)
     skipped: int = 0  # later rows of a session broken by a drop, skipped until its next episode
 
 
@@ -37,6 +41,7 @@ class ShadowQueue:
             raise ValueError(f"a shadow queue holds at least 1 row, not {capacity}")
         self.capacity = capacity
         self.counts = QueueCounts()
+        self.admitted = 0  # rows ``admit`` let through, less those ``lost``
         self._rows: deque[ShadowRow] = deque()
         self._lock = threading.Lock()
         self._broken: OrderedDict[str, None] = OrderedDict()
@@ -47,28 +52,52 @@ class ShadowQueue:
 
     def offer(self, rows: list[ShadowRow]) -> None:
         """Queue ``rows`` (in order), dropping what does not fit and skipping broken sessions."""
-        counts, broken, queue = self.counts, self._broken, self._rows
         with self._lock:
-            counts.offered += len(rows)
+            keep = self._admit([(r.session_id, r.reset, r.end) for r in rows], len(self._rows))
+            self._rows.extend(rows[i] for i in keep)
+
+    def admit(self, batch: RowBatch, taken: int) -> RowBatch | None:
+        """The rows of ``batch`` to hand over (None: none), when the other side took ``taken``
+        of those admitted so far: what does not fit is dropped, broken sessions skipped."""
+        with self._lock:
+            keep = self._admit(zip(batch.sessions, batch.reset, batch.ends, strict=True), self.admitted - taken)
+            self.admitted += len(keep)
+        return batch.take(keep) if keep else None
+
+    def lost(self, batch: RowBatch) -> None:
+        """Rows admitted but never handed over: dropped, their sessions broken."""
+        with self._lock:
+            self.admitted -= len(batch)
+            for session, end in zip(batch.sessions, batch.ends, strict=True):
+                self._drop(session, end)
+
+    def _admit(self, rows: Iterable[tuple[str | None, bool, int]], held: int) -> list[int]:
+        """The indices of ``rows`` (session, reset, end) that fit beside ``held`` rows waiting."""
+        counts, broken, capacity = self.counts, self._broken, self.capacity
+        keep: list[int] = []
+        for index, (session, reset, end) in enumerate(rows):
+            counts.offered += 1
             if self.closed:
-                counts.dropped += len(rows)
-                return
-            for row in rows:
-                session = row.session_id
-                if session is not None and broken:
-                    if row.reset:
-                        broken.pop(session, None)
-                    elif session in broken:
-                        counts.skipped += 1
-                        continue
-                if len(queue) >= self.capacity:
-                    counts.dropped += 1
-                    if session is not None and not row.end:  # an episode's last row breaks nothing after it
-                        broken[session] = None
-                        if len(broken) > MAX_BROKEN:
-                            broken.popitem(last=False)
+                counts.dropped += 1
+                continue
+            if session is not None and broken:
+                if reset:
+                    broken.pop(session, None)
+                elif session in broken:
+                    counts.skipped += 1
                     continue
-                queue.append(row)
+            if held + len(keep) >= capacity:
+                self._drop(session, end)
+                continue
+            keep.append(index)
+        return keep
+
+    def _drop(self, session: str | None, end: int) -> None:
+        self.counts.dropped += 1
+        if session is not None and not end:  # an episode's last row breaks nothing after it
+            self._broken[session] = None
+            if len(self._broken) > MAX_BROKEN:
+                self._broken.popitem(last=False)
 
     def take(self, limit: int) -> list[ShadowRow]:
         """Up to ``limit`` rows, oldest first, with no session twice (a session's next row

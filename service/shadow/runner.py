@@ -1,10 +1,11 @@
-"""The shadow's runner: the candidate's batches, off the live path, in a thread of its own.
+"""The shadow's runner: the candidate's batches, in the candidate's own process.
 
-It takes rows from the ``ShadowQueue`` (no session twice in a batch) and runs them through
-the candidate's own parts (its ``BatchStep``'s pipeline, runtime and distribution), with its
-own recurrent state per session in a session store of its own (``SessionStore``: this
-process's memory, keyed by the live session's id; never a store any route or resolver sees,
-so a candidate that is another version of the live model shares no id or slot with it).
+It runs batches of rows (no session twice: ``ShadowQueue.take``) through the candidate's
+own parts (its ``BatchStep``'s pipeline, runtime and distribution), with its own recurrent
+state per session in a session store of its own (``SessionStore``: the candidate process's
+memory, keyed by the live session's id; never a store any route or resolver sees, so a
+candidate that is another version of the live model shares no id or slot with it). The
+process (``rlserve.service.serving.shadow_child``) feeds it what the server hands over.
 
 Per row the candidate is fed what actually happened: the live model's raw action of the
 previous step as its previous action (the one the environment reported instead, where the
@@ -19,8 +20,6 @@ is skipped (counted) until that session's next episode start.
 from __future__ import annotations
 
 import logging
-import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,6 @@ from rlserve.service.experience.records import ShadowScore, packer
 from rlserve.service.sessions.slabs import STATELESS_SLOT
 from rlserve.service.sessions.store import Session, SessionStore
 from rlserve.service.shadow.durable import DurableShadowState
-from rlserve.service.shadow.queue import ShadowQueue
 from rlserve.service.shadow.rows import ShadowRow
 from rlserve.service.step import codec, masks
 from rlserve.service.step.batch import BatchStep
@@ -40,16 +38,12 @@ from rlserve.service.step.trees import tree_map, tree_where
 
 log = logging.getLogger("rlserve.shadow")
 
-# How long the runner waits when its queue held less than a batch: rows gather meanwhile, so
-# the candidate runs fewer, larger batches (less of its Python per row holding the
-# interpreter lock the live event loop needs); the live path never wakes it.
-POLL_S = 0.02
 MAX_ROWS = 256  # rows per candidate batch
-SWITCH_INTERVAL_S = 0.0005  # the interpreter's thread switch interval while a shadow runs
 
 
 @dataclass
 class RunnerCounts:
+    taken: int = 0  # rows taken into candidate batches (run, skipped or failed)
     scored: int = 0  # rows the candidate ran
     unknown: int = 0  # rows of a session without shadow state, skipped until its next episode start
     failed: int = 0  # rows of candidate batches that raised (logged)
@@ -67,12 +61,11 @@ class Scored:
 
 
 class ShadowRunner:
-    def __init__(self, candidate: BatchStep, queue: ShadowQueue, label: str, *, max_sessions: int,
+    def __init__(self, candidate: BatchStep, label: str, *, max_sessions: int,
                  idle_ttl_s: float, seed: int | None = None,
                  sink: Callable[[list[ShadowScore]], bool] | None = None,
                  durable: DurableShadowState | None = None):
         self.candidate = candidate
-        self.queue = queue
         self.label = label  # "<model>@<version>" of the candidate
         self.store = SessionStore(candidate.signature, version=label, max_sessions=max_sessions,
                                   idle_ttl_s=idle_ttl_s, initial_slots=16, tombstones=0)
@@ -81,34 +74,19 @@ class ShadowRunner:
         self.durable = durable  # the state in the external session store (None: this process only)
         self._pack = packer(candidate.pipeline.action_space)
         self.counts = RunnerCounts()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"shadow-{label}", daemon=True)
 
-    def start(self) -> None:
-        # The runner's Python holds the interpreter lock between the candidate's runtime calls;
-        # a live request waiting for it would wait a whole switch interval (5 ms by default).
-        if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
-        self._thread.start()
+    def run(self, rows: list[ShadowRow]) -> None:
+        """Score ``rows``; a batch that raises is counted and logged, never raised."""
+        try:
+            self.score(rows)
+        except Exception:  # the candidate's bug stops neither the process nor the server
+            self.counts.failed += len(rows)
+            log.exception("shadow %s: a candidate batch failed", self.label)
+        self.counts.taken += len(rows)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+    def close(self) -> None:
         if self.durable is not None:
             self.durable.close()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            rows = self.queue.take(MAX_ROWS)
-            if rows:
-                try:
-                    self.score(rows)
-                except Exception:  # the candidate's bug never reaches the live path, nor stops the thread
-                    self.counts.failed += len(rows)
-                    log.exception("shadow %s: a candidate batch failed", self.label)
-            if len(rows) < MAX_ROWS:
-                self._stop.wait(POLL_S)
 
     def score(self, rows: list[ShadowRow]) -> Scored | None:
         """Run one batch of ``rows`` (no session twice) through the candidate."""
