@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from xdist_units import files_and_conformance
 
     return files_and_conformance(config, log)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow, which the default run leaves out (RLSERVE_SLOW_TESTS=1 too)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run leaves out the tests marked ``slow`` (benchmark scripts at smoke size,
+    the doc pages and ray-environment exports whose behaviour other tests cover, the fuzzers'
+    extra seeds): ``--slow`` or ``RLSERVE_SLOW_TESTS=1`` runs them too, and so does a ``-m``
+    expression (it says what runs) or naming a test file on the command line."""
+    if config.getoption("--slow") or os.environ.get("RLSERVE_SLOW_TESTS") == "1" or config.option.markexpr:
+        return
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args if arg.split("::")[0].endswith(".py")}
+    kept, slow = [], []
+    for item in items:
+        (slow if item.get_closest_marker("slow") and Path(item.path).resolve() not in named else kept).append(item)
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = kept
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

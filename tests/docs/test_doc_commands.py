@@ -36,6 +36,19 @@ PAGE_TIMEOUT_S = 1800  # a ceiling, far above a page's usual minute or two
 # walkthrough's entry went with issue 34's behaviour half.)
 PENDING_BEHAVIOUR: dict[tuple[str, str], str] = {}
 
+# Pages left out of the default run (marked ``slow``; ``--slow`` runs them, see
+# tests/conftest.py), each with what runs its behaviour there instead. The README and the
+# pages a first day needs (api, client, sessions, kubernetes) stay in it.
+SLOW_PAGES: dict[str, str] = {
+    "docs/benchmarks.md": "benchmark commands; the scripts' smoke tests are slow too",
+    "docs/rollout.md": "tests/e2e/test_rollout_e2e.py and test_rollout_story_e2e.py run the walkthrough's parts",
+    "docs/custom_models.md": "ray-environment exports; tests/e2e/test_custom_models_e2e.py serves the catalog's",
+    "docs/newstack.md": "tests/e2e/test_newstack_e2e.py and the newstack conformance tests export the same checkpoints",
+    "docs/experience.md": "tests/e2e/test_experience_e2e.py, test_experience_cli.py and the RLlib BC test",
+    "docs/export.md": "tests/unit/test_export_cli.py and the conformance export tests",
+    "docs/action-heads.md": "tests/e2e/test_action_heads_e2e.py and the action-head conformance tests",
+}
+
 
 def page_blocks() -> list[Block]:
     return [block for page in doc_pages() for block in runnable_blocks(page) if block.not_run is None]
@@ -54,6 +67,8 @@ def page_results(page: str) -> dict[str, dict]:
 def _param(block: Block):
     pending = [why for (page, text), why in PENDING_BEHAVIOUR.items() if page == block.page and text in block.text]
     marks = [pytest.mark.xfail(strict=True, reason=pending[0])] if pending else []
+    if block.page in SLOW_PAGES:
+        marks.append(pytest.mark.slow)
     return pytest.param(block, id=block.name, marks=marks)
 
 
@@ -64,6 +79,12 @@ def test_documented_block_runs(block: Block) -> None:
         f"{block.name} ({block.first_line[:100]!r}) failed: {result['why']}\n"
         f"--- stdout\n{result['stdout'][-2000:]}\n--- stderr\n{result['stderr'][-2000:]}"
     )
+
+
+def test_slow_pages_are_pages() -> None:
+    """Each page left out of the default run exists and has blocks to run."""
+    pages = {block.page for block in page_blocks()}
+    assert set(SLOW_PAGES) <= pages, set(SLOW_PAGES) - pages
 
 
 def test_pending_entries_name_real_blocks() -> None:

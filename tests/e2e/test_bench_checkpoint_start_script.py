@@ -13,7 +13,7 @@ import re
 import pytest
 from server_process import run_script
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_the_second_start_of_a_checkpoint_is_at_least_5x_faster():

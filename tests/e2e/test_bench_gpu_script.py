@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from server_process import run_script
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

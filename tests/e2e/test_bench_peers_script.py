@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_peers_results import SCENARIOS, load_peers, results_table, systems_table  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_the_peers_benchmark_runs_rlserve_and_the_floor_and_skips_a_missing_peer_by_saying_so(

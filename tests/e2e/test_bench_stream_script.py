@@ -11,7 +11,7 @@ import re
 import pytest
 from server_process import run_script
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_the_stream_benchmark_runs_and_reports_both_transports():

@@ -29,7 +29,7 @@ from newstack_cases import assert_close
 from server_process import running_server
 from traced_exports import rlserve_in_ray_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints-custom"
 SOURCES = CASES / "custom_models_src"

@@ -13,7 +13,8 @@ schemathesis run each, bounded by a number of examples: every run explores elsew
 a failure names its seed in the test's id (``[seed=N]``); ``SCHEMATHESIS_SEEDS=N,M`` runs
 those seeds again. The examples and coverage phases draw their cases from the document
 itself (about half the time of a run); they run with the first seed, the fuzzing and
-stateful phases with every seed.
+stateful phases with every seed. The default run has the first seed; the others are marked
+``slow`` (``--slow`` runs them, see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _observations(metrics: str, model: str) -> float:
     return float(match[1]) if match else 0.0
 
 
-@pytest.mark.parametrize(("seed", "phases"), [(seed, ALL_PHASES if i == 0 else RANDOM_PHASES)
+@pytest.mark.parametrize(("seed", "phases"), [pytest.param(seed, ALL_PHASES, marks=()) if i == 0 else
+                                              pytest.param(seed, RANDOM_PHASES, marks=pytest.mark.slow)
                                               for i, seed in enumerate(_seeds())],
                          ids=lambda value: f"seed={value}" if isinstance(value, int) else value.replace(",", "+"))
 def test_schemathesis_finds_no_server_error_and_no_conformance_failure(seed: int, phases: str) -> None:

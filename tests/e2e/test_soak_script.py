@@ -13,7 +13,7 @@ import re
 import pytest
 from server_process import run_script
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_the_soak_script_reports_windows_and_its_targets_without_errors():

@@ -30,7 +30,7 @@ from traced_exports import rlserve_in_ray_env
 
 from rlserve.models.newstack.layout import RL_MODULE_DIR
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TESTS = Path(__file__).resolve().parents[1]
 USER_MODULES = TESTS / "fixtures" / "traced_modules"
