@@ -53,6 +53,8 @@ class StreamOptions:
     outputs: tuple[str, ...] = ()
     debug: bool = False
     observation_key: str = "observation"  # openpi's dict key of the observation
+    clip_actions: bool | None = None  # a policy set's stream (``agents.py``): as its act request's
+    unsquash_actions: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,13 @@ The upgrade's query parameters are the stream's options (``seed``, ``explore``,
 ``version``, ``outputs``, ``session_id`` to resume a session, ``debug``). An upgrade that
 cannot be served is answered with an HTTP status and the JSON error body of every other
 route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 for an
-option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
+option, 404 for an unknown model (or policy set), 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
 open (openpi connections count as streams). A server without that extension gets a close
 before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
+
+``/v1/models/{set}/agents/stream`` is a policy set's stream (``agents.py``): its options are
+``seed``, ``explore``, ``outputs``, ``clip_actions``, ``unsquash_actions`` and ``episode_id``
+to resume an episode. ``open`` counts the connections by kind (``rlserve_streams_open``).
 """
 
 from __future__ import annotations
@@ -27,17 +31,21 @@ from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
+from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.stream import frames, openpi
+from rlserve.service.stream.agents import AGENTS_ROUTE, AgentsStreamConnection, check_upgrade
 from rlserve.service.stream.connection import Dialect, StreamConnection, StreamLimits, StreamOptions
 
 log = logging.getLogger("rlserve.stream")
 
-STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/(?P<dialect>stream|openpi)$")
+STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/(?P<dialect>stream|openpi|agents/stream)$")
 OPENPI_ROUTE = "/v1/models/{name}/openpi"
 CLOSE_FULL = 1013  # try again later: the connection cap, where no HTTP answer can be sent
 MAX_OPTION = 256  # characters of a query parameter's value
 _OPTIONS = ("seed", "explore", "version", "outputs", "session_id", "debug")
 _OPENPI_OPTIONS = (*_OPTIONS, "observation_key")
+_AGENTS_OPTIONS = ("seed", "explore", "outputs", "episode_id", "clip_actions", "unsquash_actions")
+KINDS = ("stream", "openpi", "agents")  # rlserve_streams_open{kind=...}
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -54,19 +62,27 @@ class Upgrade:
     name: str
     openpi: bool
     route: str  # the access log's name of the route
+    agents: bool = False  # a policy set's stream
+
+    @property
+    def kind(self) -> str:
+        return "agents" if self.agents else "openpi" if self.openpi else "stream"
 
 
 class StreamRoute:
     """The ASGI handler of stream upgrades; ``open`` counts the connections it holds."""
 
     def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None,
-                 max_connections: int, limits: StreamLimits, openpi_model: str | None = None):
+                 max_connections: int, limits: StreamLimits, openpi_model: str | None = None,
+                 agents: AgentsActService | None = None):
         self.service, self.metrics = service, metrics
         self.access = access if access is not None and access.enabled else None
         self.max_connections = max_connections
         self.limits = limits
         self.openpi_model = openpi_model  # "/" speaks openpi for this model
+        self.agents = agents  # serves policy sets' streams
         self.open = 0
+        self.kinds = dict.fromkeys(KINDS, 0)  # open connections by kind
 
     def match(self, scope: dict[str, Any]) -> Upgrade | None:
         if scope["type"] != "websocket":
@@ -77,6 +93,8 @@ class StreamRoute:
         found = STREAM_PATH.match(path)
         if found is None:
             return None
+        if found["dialect"] == "agents/stream":
+            return None if self.agents is None else Upgrade(found["name"], False, AGENTS_ROUTE, agents=True)
         if found["dialect"] == "openpi":
             return Upgrade(found["name"], True, OPENPI_ROUTE)
         return Upgrade(found["name"], False, frames.STREAM.route)
@@ -91,8 +109,12 @@ class StreamRoute:
                 raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
                                   field="connections", expected=f"at most {self.max_connections}",
                                   received=self.open + 1, headers={"Retry-After": "1"})
-            options = stream_options(scope.get("query_string", b""), _OPENPI_OPTIONS if match.openpi else _OPTIONS)
-            policy = self.service.registry.entry(name).policy(options.version)  # 404s before the accept
+            known = _AGENTS_OPTIONS if match.agents else _OPENPI_OPTIONS if match.openpi else _OPTIONS
+            options = stream_options(scope.get("query_string", b""), known)
+            if match.agents and self.agents is not None:
+                check_upgrade(self.agents, name, options)  # 404s before the accept
+            else:
+                policy = self.service.registry.entry(name).policy(options.version)
         except Exception as exc:
             error = as_service_error(exc, log, "stream upgrade failed")
             await self._refuse(scope, send, error)
@@ -100,8 +122,13 @@ class StreamRoute:
                 self.access.record("WS", match.route, error.status, note, name)
             return
         self.open += 1
+        self.kinds[match.kind] += 1
         try:
             await send({"type": "websocket.accept"})
+            if match.agents and self.agents is not None:
+                await AgentsStreamConnection(self.agents, self.metrics, self.access, name, options, self.limits,
+                                             send).run(receive)
+                return
             dialect: Dialect = frames.STREAM
             if match.openpi:
                 key = options.observation_key
@@ -112,6 +139,11 @@ class StreamRoute:
             await connection.run(receive)
         finally:
             self.open -= 1
+            self.kinds[match.kind] -= 1
+
+    def open_by_kind(self) -> list[tuple[str, int]]:
+        """(kind, open connections) per kind of stream, for ``rlserve_streams_open``."""
+        return list(self.kinds.items())
 
     async def _refuse(self, scope: dict[str, Any], send: Any, error: ServiceError) -> None:
         status, body, headers = error_reply(error, self.metrics)
@@ -140,15 +172,17 @@ def stream_options(query: bytes, known: tuple[str, ...] = _OPTIONS) -> StreamOpt
             raise BadRequest(f"stream option {key!r} given twice or longer than {MAX_OPTION} characters", field=key,
                              expected=f"one value of at most {MAX_OPTION} characters", received=len(value))
         given[key] = value
-    session_id = given.get("session_id")
+    key = "episode_id" if "episode_id" in known else "session_id"  # a policy set's stream holds an episode
+    session_id = given.get(key)
     if session_id is not None and "seed" in given:
-        raise BadRequest("'seed' seeds a new session's first episode; a resumed session keeps its own", field="seed",
-                         expected="no 'seed' with 'session_id'", received=given["seed"])
+        raise BadRequest(f"'seed' seeds a new {key[:-3]}'s first episode; a resumed one keeps its own", field="seed",
+                         expected=f"no 'seed' with {key!r}", received=given["seed"])
     return StreamOptions(
         session_id=uuid.uuid4().hex if session_id is None else session_id, resume=session_id is not None,
         version=given.get("version"), seed=_seed(given.get("seed")), explore=_bool(given, "explore"),
         outputs=_outputs(given.get("outputs")), debug=bool(_bool(given, "debug")),
-        observation_key=given.get("observation_key") or openpi.OBSERVATION_KEY)
+        observation_key=given.get("observation_key") or openpi.OBSERVATION_KEY,
+        clip_actions=_bool(given, "clip_actions"), unsquash_actions=_bool(given, "unsquash_actions"))
 
 
 def _seed(text: str | None) -> int | None:
