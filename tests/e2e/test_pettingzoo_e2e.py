@@ -69,3 +69,38 @@ def test_the_experience_log_writes_each_player_as_an_episode_of_its_policy(tmp_p
         assert all(e.whole and e.is_truncated and not e.is_terminated and len(e) == 15 for e in episodes)
         assert sorted(e.episode_return for e in episodes) == pytest.approx(
             sorted(p.returns[player] for p in played))
+
+
+def test_streamed_episodes_play_the_same_actions_as_http_and_the_async_stream_too() -> None:
+    """``stream=True`` (one WebSocket per episode, JSON or msgpack frames) plays the seeded
+    episodes of the recurrent set action for action as HTTP does; ``AsyncAgentsStream`` too."""
+    import asyncio
+
+    case = case_path(multi_agent_case_ids()[0])
+    args = ["--policy-set", f"rps={case / 'checkpoint'}", "--map", "player_0=p0", "--map", "player_1=p1"]
+    with running_server(args) as url, AgentsClient(url, "rps", explore=True) as client:
+        over_http = play_parallel_episodes(client, _env, 2, seed=40, env_seed=3)
+        for binary in (False, True):
+            streamed = play_parallel_episodes(client, _env, 2, seed=40, env_seed=3, stream=True, binary=binary)
+            assert [e.actions for e in streamed] == [e.actions for e in over_http]
+            assert [e.returns for e in streamed] == [e.returns for e in over_http]
+        assert play_parallel_episode(client, _env(), seed=41, env_seed=3, stream=True).actions \
+            != over_http[0].actions
+
+        async def replay() -> list[dict]:
+            env = _env()
+            observations, _ = env.reset(seed=3)
+            taken = []
+            async with client.async_stream(seed=40) as stream:
+                while env.agents:
+                    actions = await stream.get_actions({a: int(observations[a]) for a in env.agents})
+                    taken.append(actions)
+                    observations, rewards, *_ = env.step(actions)
+                    stream.log_returns(rewards)
+                await stream.end_episode()
+            return taken
+
+        assert asyncio.run(replay()) == over_http[0].actions
+        assert httpx.get(f"{url}/v1/models/rps").json()["episodes"]["active"] == 0
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'rlserve_streams_open{kind="agents"} 0.0' in metrics
