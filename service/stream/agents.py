@@ -161,7 +161,7 @@ class AgentsStreamConnection(StreamConnection):
         seed = message.seed if message.seed is not None else self.seed if starts else None
         return AgentsActRequest(
             agents=message.agents, episode_id=options.session_id, episode_start=starts,
-            episode_end=message.episode_end, seed=seed, explore=options.explore,
+            episode_end=message.episode_end, seed=None if seed is None else Seed(seed), explore=options.explore,
             clip_actions=options.clip_actions, unsquash_actions=options.unsquash_actions, outputs=self.outputs)
 
     async def _end(self, ending: Any) -> dict[str, Any]:

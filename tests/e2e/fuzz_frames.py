@@ -113,7 +113,8 @@ def hostile(rnd: random.Random, agents: bool, max_bytes: int) -> Hostile:
         return Hostile(kind, [frame(BINARY, _msgpack_hostile(rnd, agents))])
     if kind == "deep":
         depth = rnd.randint(1000, max_bytes // 2 - 8)
-        return Hostile(kind, [frame(TEXT, b"[" * depth + b"]" * depth if rnd.random() < 0.5 else b"{\"a\":" * (depth // 5))])
+        nested = b"[" * depth + b"]" * depth if rnd.random() < 0.5 else b'{"a":' * (depth // 5)
+        return Hostile(kind, [frame(TEXT, nested)])
     if kind == "fragmented":  # valid, in pieces (text or msgpack): answered
         if rnd.random() < 0.5:
             return Hostile(kind, _fragments(TEXT, text, rnd, rnd.random() < 0.5))
