@@ -64,7 +64,6 @@ _EXPECTED = f"a JSON object (text frame) or msgpack map (binary frame) with the 
 
 def decode(kind: str, data: str | bytes) -> Any:
     """A frame as an ``AgentsStepMessage``; ``frames.Unreadable`` if it is none."""
-    raw = data.encode() if isinstance(data, str) else data
     try:
         if kind == frames.TEXT:
             return _JSON.decode(data)
@@ -79,7 +78,8 @@ def decode(kind: str, data: str | bytes) -> Any:
             known = list(AgentStep.__struct_fields__) if nested else _FIELDS
             raise frames.Unreadable(f"invalid message: unknown field {name!r} in {where}", field=name,
                                     expected=f"one of {known}", received=name) from None
-        plain = explain(message, raw if kind == frames.TEXT else b"", schema="the policy set's stream message")
+        raw = (data.encode() if isinstance(data, str) else data) if kind == frames.TEXT else b""
+        plain = explain(message, raw, schema="the policy set's stream message")
         raise frames.Unreadable(plain.message, field=plain.field, expected=plain.expected,
                                 received=plain.received) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
