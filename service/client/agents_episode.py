@@ -13,6 +13,8 @@ from typing import Any
 
 @dataclass
 class AgentsEpisode:
+    """One episode's bookkeeping on the client: pending rewards, finished agents, returns."""
+
     episode_id: str
     seed: int | None
     started: bool = False
