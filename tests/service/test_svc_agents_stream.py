@@ -212,3 +212,34 @@ async def test_metrics_count_the_open_streams_by_kind(served):
     assert await open_count("agents") == 0 and await open_count("stream") == 1
     await single.leave()
     assert await open_count("stream") == 0
+
+
+async def test_the_experience_log_records_streamed_steps_as_it_records_http_ones(make_client, team_set, tmp_path):
+    """Through the set's use case: each agent's streamed steps are its policy's logged episode,
+    with the event ids the answers carried, closed by the agent's last observation."""
+    from rlserve.service.experience import reader
+
+    log = tmp_path / "log"
+    app, _ = make_client(("mlp",), policy_sets=[str(team_set)], experience_log=log)
+    socket = Socket(app, "/v1/models/team/agents/stream", b"seed=2&explore=true")
+    await socket.first()
+    rng = np.random.default_rng(5)
+    sent, served = [], []
+    for step in range(4):
+        obs = rng.uniform(-1, 1, 4).astype(np.float32).tolist()
+        sent.append(obs)
+        one: dict[str, Any] = {"observation": obs, **({"reward": 0.5 * step} if step else {})}
+        if step == 3:
+            one["done"] = True
+        socket.send({"agents": {"red_1": one}, **({"episode_end": True} if step == 3 else {})})
+        answer = (await socket.receive())["agents"]["red_1"]
+        if step < 3:
+            assert isinstance(answer["event_id"], str)
+            served.append(answer)
+    await socket.leave()
+    app.state.experience.close()
+    [episode] = reader.episodes(log, "team.rnn")
+    assert (episode.agent_id, episode.module_id) == ("red_1", "rnn") and episode.whole and episode.is_terminated
+    assert episode.event_ids == [got["event_id"] for got in served]
+    assert episode.rewards == pytest.approx([0.5, 1.0, 1.5])
+    np.testing.assert_array_equal(np.stack(episode.observations), np.array(sent, np.float32))
