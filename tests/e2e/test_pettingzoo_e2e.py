@@ -97,6 +97,8 @@ def _streams_play_as_http(url: str, client: AgentsClient) -> None:
                 taken.append(actions)
                 observations, rewards, *_ = env.step(actions)
                 stream.log_returns(rewards)
+            # rlserve serve takes the upgrade in its own protocol: the gauge counts it there too
+            assert 'rlserve_streams_open{kind="agents"} 1.0' in httpx.get(f"{url}/metrics").text
             await stream.end_episode()
         return taken
 
