@@ -10,9 +10,11 @@ Two questions, each answered by interleaved pairs on the same server:
   one single-agent session request, server CPU per request at the same concurrency
   (target: at most 2x);
 - throughput: 64 connections x 8 agents against the same rows as 64-row single-policy
-  requests (8 connections, a session per row), observations per second (target: >= 0.8x).
+  requests (8 connections, a session per row), observations per second (target: >= 0.8x),
+  over HTTP and over the policy set's stream (``/v1/models/team/agents/stream``, one episode
+  per connection, JSON text frames pre-encoded like the HTTP bodies; bench_ws.py's client).
 
-    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency 1 16] [--no-budget]
+    python scripts/bench_agents.py [--duration 5] [--rounds 5] [--cost-concurrency [1 16]] [--no-budget]
         [--code CHECKOUT]
 
 Every scenario line is followed by its batches' work per row (the model, sampling, state:
@@ -29,6 +31,7 @@ path), so that runs of a change and of its parent can alternate on the same mach
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import re
 import statistics
@@ -40,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_server as bench  # noqa: E402
+from bench_ws import ws_frame  # noqa: E402
 
 AGENTS = 8
 
@@ -60,6 +64,24 @@ def agents8(c: int, rng) -> list[list[bytes]]:
         first = _agents_act(episode, [bench.obs_row(rng) for _ in range(AGENTS)], True)
         steps = [_agents_act(episode, [bench.obs_row(rng) for _ in range(AGENTS)], False) for _ in range(8)]
         out.append([first] + steps * 50)
+    return out
+
+
+def agents8_stream(c: int, rng) -> list[list[bytes]]:
+    """``agents8`` over the policy set's stream: the upgrade, then one frame per step (the
+    first starts the episode)."""
+    out = []
+    for _ in range(c):
+        key = base64.b64encode(rng.bytes(16))
+        upgrade = (b"GET /v1/models/team/agents/stream HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n"
+                   b"connection: Upgrade\r\nsec-websocket-key: " + key + b"\r\nsec-websocket-version: 13\r\n\r\n")
+
+        def step(start: bool) -> bytes:
+            agents = {f"agent_{i}": {"observation": bench.obs_row(rng), **({} if start else {"reward": 1.0})}
+                      for i in range(AGENTS)}
+            return ws_frame(json.dumps({"agents": agents}).encode())
+
+        out.append([upgrade, step(True)] + [step(False) for _ in range(8)])
     return out
 
 
@@ -111,7 +133,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved pairs per question (A B, then B A, ...)")
-    parser.add_argument("--cost-concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--cost-concurrency", type=int, nargs="*", default=[1, 16],
+                        help="concurrencies of the cost question (none: only the throughput question)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, load generator on CPU 1 (bench_server.py's pinning)")
     parser.add_argument("--budget", action=argparse.BooleanOptionalAction, default=True,
@@ -138,9 +161,14 @@ def main() -> None:
                 _report(f"cost c={c}: server CPU per request, {AGENTS} agents / 1 agent", ratios, "<= 2")
             rounds: list[dict] = []
             ratios = _pairs(port, proc.pid, args, rng, None, ("64-row requests, c=8", sessions64, 64),
-                            (f"{AGENTS} agents, c=64", agents8, AGENTS), "obs_s", plain, rounds)
+                            (f"{AGENTS} agents, c=64", agents8, AGENTS), "obs_s", plain, rounds,
+                            stream=(f"{AGENTS} agents, stream, c=64", agents8_stream, AGENTS))
             _report(f"throughput: obs/s, 64 clients x {AGENTS} agents / 8 clients x 64-row requests", ratios,
                     ">= 0.8")
+            streamed = [r[2] for r in ratios]
+            print(f"throughput over the stream: obs/s, 64 streams x {AGENTS} agents / 8 clients x 64-row requests: "
+                  f"median {statistics.median(streamed):.2f} (rounds {', '.join(f'{r:.2f}' for r in streamed)}; "
+                  "target >= 0.8)", flush=True)
         finally:
             bench.stop(proc)
         if args.budget:
@@ -180,7 +208,7 @@ def _budget(rounds: list[dict], args: argparse.Namespace, rng, workdir: Path) ->
           f"its batch costs {spent - batch:.0f} us now (medians of {len(rounds)} rounds)", flush=True)
 
 
-def _report(question: str, ratios: list[tuple[float, float]], target: str) -> None:
+def _report(question: str, ratios: list[tuple[float, ...]], target: str) -> None:
     """Each round's ratio of the policy set, and of the plain request of the same rows (reference)."""
     sets, plains = [r[0] for r in ratios], [r[1] for r in ratios]
     print(f"{question}: median {statistics.median(sets):.2f} (rounds {', '.join(f'{r:.2f}' for r in sets)}; "
@@ -189,19 +217,23 @@ def _report(question: str, ratios: list[tuple[float, float]], target: str) -> No
 
 
 def _pairs(port: int, pid: int, args: argparse.Namespace, rng, c: int | None, base: tuple, multi: tuple,
-           figure: str, plain: tuple, rounds: list[dict] | None = None) -> list[tuple[float, float]]:
-    """``rounds`` rounds of (base, multi, plain), the order rotating; (multi/base, plain/base) of
-    ``figure`` per round. ``c`` None: the throughput question (base at 8 connections, the others at 64).
-    Each round's results (with the batches' time per row, from /metrics) go to ``rounds`` if given."""
+           figure: str, plain: tuple, rounds: list[dict] | None = None,
+           stream: tuple | None = None) -> list[tuple[float, ...]]:
+    """``rounds`` rounds of (base, multi, plain[, stream]), the order rotating; (multi/base,
+    plain/base[, stream/base]) of ``figure`` per round. ``c`` None: the throughput question
+    (base at 8 connections, the others at 64). Each round's results (with the batches' time
+    per row, from /metrics) go to ``rounds`` if given."""
     ratios = []
     for round_ in range(args.rounds):
         results = {}
-        scenarios = [base, multi, plain]
-        order = scenarios[round_ % 3:] + scenarios[:round_ % 3]
+        scenarios = [base, multi, plain] + ([] if stream is None else [stream])
+        turn = round_ % len(scenarios)
+        order = scenarios[turn:] + scenarios[:turn]
         for label, make, rows in order:
             conns = c if c is not None else (8 if make is sessions64 else 64)
             s0, r0 = _batch_totals(port)
-            res = bench.run_load(port, make(conns, rng), args.duration, args.warmup, pid)
+            res = bench.run_load(port, make(conns, rng), args.duration, args.warmup, pid,
+                                 stream=make is agents8_stream)
             res["obs_s"] = res["req_s"] * rows
             s1, r1 = _batch_totals(port)  # one scenario runs at a time: its model's batches
             res["batch_us_per_row"] = 1e6 * (s1 - s0) / max(r1 - r0, 1.0)
@@ -211,8 +243,8 @@ def _pairs(port: int, pid: int, args: argparse.Namespace, rng, c: int | None, ba
             results[label] = res
         if rounds is not None:
             rounds.append(results)
-        ratios.append((results[multi[0]][figure] / results[base[0]][figure],
-                       results[plain[0]][figure] / results[base[0]][figure]))
+        ratios.append(tuple(results[s[0]][figure] / results[base[0]][figure]
+                            for s in (multi, plain, *(() if stream is None else (stream,)))))
     return ratios
 
 

@@ -67,6 +67,7 @@ from bench_scenarios import (  # noqa: E402, F401  (re-exported: other bench scr
     mlp_single,
     obs_row,
 )
+from bench_ws import ws_connection  # noqa: E402
 
 MINIMAL_APP = '''
 import orjson
@@ -204,7 +205,7 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, warm_unt
 
 
 def _load_process(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float, queue,
-                  cpus: set[int] | None = None) -> None:
+                  cpus: set[int] | None = None, stream: bool = False) -> None:
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     try:
@@ -219,7 +220,8 @@ def _load_process(port: int, requests_per_conn: list[list[bytes]], duration: flo
         total = [0]
         start = time.perf_counter()
         warm_until, stop_at = start + warmup, start + warmup + duration
-        await asyncio.gather(*(_connection(port, reqs, stop_at, warm_until, latencies, errors, total)
+        connection = ws_connection if stream else _connection
+        await asyncio.gather(*(connection(port, reqs, stop_at, warm_until, latencies, errors, total)
                                for reqs in requests_per_conn))
         return latencies, errors, total[0]
 
@@ -240,10 +242,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run_load(port: int, requests_per_conn: list[list[bytes]], duration: float, warmup: float,
-             server_pid: int | None = None) -> dict:
+             server_pid: int | None = None, stream: bool = False) -> dict:
+    """A closed-loop load of HTTP requests, or (``stream``) of a stream's frames after its
+    upgrade (``_ws_connection``); latencies, errors and the server's CPU per request."""
     queue = mp.get_context("spawn").Queue()
     proc = mp.get_context("spawn").Process(
-        target=_load_process, args=(port, requests_per_conn, duration, warmup, queue, LOAD_CPUS)
+        target=_load_process, args=(port, requests_per_conn, duration, warmup, queue, LOAD_CPUS, stream)
     )
     cpu_before = tree_cpu_seconds(server_pid) if server_pid else 0.0
     proc.start()

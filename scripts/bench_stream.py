@@ -29,7 +29,6 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_procs import tree_cpu_seconds  # noqa: E402
 from bench_server import _pinned, free_port, stop, wait_ready  # noqa: E402
+from bench_ws import ws_frame, ws_read  # noqa: E402
 
 OBSERVATION = {"cartpole-memory": [0.01, -0.02], "cartpole": [0.01, -0.02, 0.03, 0.04]}
 
@@ -82,31 +82,6 @@ async def _http_env(port: int, model: str, obs: list[float], stop_at: float, war
     return count
 
 
-def _ws_frame(data: bytes) -> bytes:
-    """A client text frame, FIN set, masked with the zero key (the payload as it is)."""
-    n = len(data)
-    if n < 126:
-        head = struct.pack("!BB", 0x81, 0x80 | n)
-    elif n < 65536:
-        head = struct.pack("!BBH", 0x81, 0x80 | 126, n)
-    else:
-        head = struct.pack("!BBQ", 0x81, 0x80 | 127, n)
-    return head + b"\x00\x00\x00\x00" + data
-
-
-async def _ws_read(reader: asyncio.StreamReader) -> bytes:
-    first, second = await reader.readexactly(2)
-    n = second & 0x7F
-    if n == 126:
-        n = struct.unpack("!H", await reader.readexactly(2))[0]
-    elif n == 127:
-        n = struct.unpack("!Q", await reader.readexactly(8))[0]
-    payload = await reader.readexactly(n)
-    if first & 0x0F != 0x1:
-        raise RuntimeError(f"stream frame opcode {first & 0x0F}: {payload[:200]!r}")
-    return payload
-
-
 async def _stream_env(port: int, model: str, obs: list[float], stop_at: float, warm_until: float,
                       latencies: list[float], index: int) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -116,11 +91,11 @@ async def _stream_env(port: int, model: str, obs: list[float], stop_at: float, w
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 101"):
         raise RuntimeError(f"stream upgrade refused: {head[:200]!r}")
-    message = _ws_frame(json.dumps({"observation": obs, "reward": 1.0}).encode())
+    message = ws_frame(json.dumps({"observation": obs, "reward": 1.0}).encode())
     count = 0
     while (now := time.perf_counter()) < stop_at:
         writer.write(message)
-        answer = await _ws_read(reader)
+        answer = await ws_read(reader)
         if b'"error"' in answer:
             raise RuntimeError(f"stream step refused: {answer[:200]!r}")
         if now >= warm_until:

@@ -150,8 +150,10 @@ def create_app(settings: Settings | None = None, *, registry: ModelRegistry | No
         app.raw_act = RawActHandler(service, metrics, settings.max_body_bytes,
                                     routes=[InferRoute(infer_service), AgentsActRoute(agents_service)])
     app.stream = StreamRoute(service, metrics, access_log, settings.stream_max_connections, StreamLimits(
-        settings.stream_max_inflight, settings.stream_max_unreadable, settings.max_body_bytes), settings.openpi_model)
+        settings.stream_max_inflight, settings.stream_max_unreadable, settings.max_body_bytes), settings.openpi_model,
+        agents=agents_service)
     app.stream_upgrade = FastUpgrade(app.stream)
+    metrics.watch_streams(app.stream.open_by_kind)
     # rollout and admin share the /v1/admin/models/{name} prefix; neither shadows a route of the other.
     for router in (health.router, act.router, listing.router, sessions.router, rollout.router, admin.router,
                    inference_v2.router,

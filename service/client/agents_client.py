@@ -16,45 +16,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from rlserve.client.agents_episode import AgentsEpisode
+from rlserve.client.agents_result import AgentsResult
+from rlserve.client.agents_stream import AgentsStream, AsyncAgentsStream
 from rlserve.client.policy_client import PolicyClient, SessionNotFoundError
 
-__all__ = ["AgentsClient", "AgentsResult"]
-
-
-@dataclass
-class AgentsResult:
-    """One answer: per agent its action, and the policy that answered."""
-
-    raw: dict[str, Any]
-
-    @property
-    def actions(self) -> dict[str, Any]:
-        """Each acting agent's action, in its action space's JSON structure (finished agents have none)."""
-        return {agent: answer["action"] for agent, answer in self.raw["agents"].items() if "action" in answer}
-
-    @property
-    def policies(self) -> dict[str, str]:
-        """Which policy of the set answered each agent of the request."""
-        return {agent: answer["policy"] for agent, answer in self.raw["agents"].items()}
-
-    def agent(self, agent_id: str) -> dict[str, Any]:
-        """The whole answer of one agent: ``policy``, ``action``, ``logp`` and the extras asked for."""
-        return self.raw["agents"][agent_id]
-
-
-@dataclass
-class _AgentsEpisode:
-    episode_id: str
-    seed: int | None
-    started: bool = False
-    pending_rewards: dict[str, float] = field(default_factory=dict)
-    # Agents that finished -> what their last step sends besides ``done`` (the last observation).
-    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
-    returns: dict[str, float] = field(default_factory=dict)
+__all__ = ["AgentsClient", "AgentsResult", "AgentsStream", "AsyncAgentsStream"]
 
 
 class AgentsClient:
@@ -66,7 +36,7 @@ class AgentsClient:
         self.model = model
         self.explore = explore
         self._http = PolicyClient(base_url, model, explore=explore, **kwargs)
-        self._episodes: dict[str, _AgentsEpisode] = {}
+        self._episodes: dict[str, AgentsEpisode] = {}
 
     def __enter__(self) -> AgentsClient:
         """Use it as a context manager; the connection closes on exit."""
@@ -102,6 +72,19 @@ class AgentsClient:
             body["episode_end"] = True
         return AgentsResult(self._http._request("POST", self._path, json=body))
 
+    def stream(self, **options: Any) -> AgentsStream:
+        """Open a stream of one episode (``seed``, ``outputs``, ``episode_id`` to resume,
+        ``binary`` for msgpack frames; ``explore`` defaults to the client's)."""
+        return AgentsStream(self._http.base_url, self.model, **self._stream_options(options))
+
+    def async_stream(self, **options: Any) -> AsyncAgentsStream:
+        """``stream`` for asyncio: ``async with client.async_stream(seed=1) as stream``."""
+        return AsyncAgentsStream(self._http.base_url, self.model, **self._stream_options(options))
+
+    def _stream_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        options.setdefault("explore", self.explore)
+        return {"headers": self._http._headers, "timeout": self._http._timeout, **options}
+
     def model_info(self) -> dict[str, Any]:
         """The set's metadata: its agent-to-policy mapping and each member policy."""
         return self._http._request("GET", f"/v1/models/{self.model}", retry_on_timeout=True)
@@ -111,7 +94,7 @@ class AgentsClient:
     def start_episode(self, episode_id: str | None = None, *, seed: int | None = None) -> str:
         """Open an episode here; it starts on the server with the first ``get_actions``."""
         episode_id = episode_id or uuid.uuid4().hex
-        self._episodes[episode_id] = _AgentsEpisode(episode_id, seed)
+        self._episodes[episode_id] = AgentsEpisode(episode_id, seed)
         return episode_id
 
     def get_actions(self, episode_id: str, observations: Mapping[str, Any], *,
@@ -119,26 +102,15 @@ class AgentsClient:
         """The actions of the agents that act now (their observations by agent id); agents
         reported done since the last call finish with it."""
         episode = self._episode(episode_id)
-        agents: dict[str, dict[str, Any]] = {}
-        for agent, last in episode.finished.items():
-            agents[agent] = {"done": True, **last, **self._reward(episode, agent)}
-        for agent, observation in observations.items():
-            step: dict[str, Any] = {"observation": observation, **self._reward(episode, agent)}
-            if action_masks is not None and action_masks.get(agent) is not None:
-                step["action_mask"] = action_masks[agent]
-            agents[agent] = step
+        agents = episode.step_agents(observations, action_masks)
         result = self.act(agents, episode_id=episode_id, episode_start=not episode.started,
                           seed=episode.seed if not episode.started else None)
         episode.started = True
-        episode.finished.clear()
         return result.actions
 
     def log_returns(self, episode_id: str, rewards: Mapping[str, float]) -> None:
         """Rewards received since the agents' last actions (summed until sent)."""
-        episode = self._episode(episode_id)
-        for agent, reward in rewards.items():
-            episode.pending_rewards[agent] = episode.pending_rewards.get(agent, 0.0) + float(reward)
-            episode.returns[agent] = episode.returns.get(agent, 0.0) + float(reward)
+        self._episode(episode_id).log_returns(rewards)
 
     def agents_done(self, episode_id: str, agent_ids: Iterable[str], *,
                     observations: Mapping[str, Any] | None = None, truncated: bool = False) -> None:
@@ -148,7 +120,7 @@ class AgentsClient:
         with the rewards logged since, so the server's experience log closes each agent's
         episode there, as terminated, or truncated with ``truncated=True`` (a time limit).
         """
-        _finish(self._episode(episode_id), agent_ids, observations, truncated)
+        self._episode(episode_id).finish(agent_ids, observations, truncated)
 
     def end_episode(self, episode_id: str, observations: Mapping[str, Any] | None = None, *,
                     truncated: bool = False) -> dict[str, float]:
@@ -160,37 +132,17 @@ class AgentsClient:
         if episode is None:
             raise SessionNotFoundError(f"episode {episode_id!r} is not open", field="episode_id",
                                        received=episode_id)
-        if observations:
-            _finish(episode, observations, observations, truncated)
+        done = episode.last_agents(observations, truncated)
         if episode.started:
-            done = {agent: {"done": True, **episode.finished.get(agent, {}), **self._reward(episode, agent)}
-                    for agent in {*episode.finished, *episode.pending_rewards}}
             if done:
                 self.act(done, episode_id=episode_id, episode_end=True)
             else:
                 self._http._request("DELETE", f"/v1/models/{self.model}/episodes/{quote(episode_id, safe='')}")
         return dict(episode.returns)
 
-    def _episode(self, episode_id: str) -> _AgentsEpisode:
+    def _episode(self, episode_id: str) -> AgentsEpisode:
         try:
             return self._episodes[episode_id]
         except KeyError:
             raise SessionNotFoundError(f"episode {episode_id!r} was not started by this client",
                                        field="episode_id", received=episode_id) from None
-
-    @staticmethod
-    def _reward(episode: _AgentsEpisode, agent: str) -> dict[str, float]:
-        reward = episode.pending_rewards.pop(agent, None)
-        return {} if reward is None else {"reward": reward}
-
-
-def _finish(episode: _AgentsEpisode, agent_ids: Iterable[str], observations: Mapping[str, Any] | None,
-            truncated: bool) -> None:
-    """Note finished agents, with their last observations where given."""
-    for agent in agent_ids:
-        last: dict[str, Any] = {}
-        if observations is not None and agent in observations:
-            last["observation"] = observations[agent]
-            if truncated:
-                last["truncated"] = True
-        episode.finished[agent] = last

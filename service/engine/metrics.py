@@ -23,6 +23,8 @@ STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.0
 
 # (model, version, value) per loaded model version, read at scrape time.
 VersionCounts = Callable[[], Iterable[tuple[str, str, int]]]
+# (kind, open connections) per kind of stream (stream, openpi, agents), read at scrape time.
+StreamCounts = Callable[[], Iterable[tuple[str, int]]]
 # (live model, live version, candidate, {outcome: rows}, queue depth) per shadow, read at scrape time.
 ShadowStats = Callable[[], Iterable[tuple[str, str, str, dict[str, int], int]]]
 
@@ -154,6 +156,8 @@ class Metrics:
                                              lambda: self._session_counts()))
         # What an autoscaler reads as load (docker/kubernetes/overlays/queue-hpa): rows accepted
         # but not yet in a batch; it grows only when the runtime cannot keep up.
+        self._stream_counts: StreamCounts = lambda: ()
+        self.registry.register(_StreamsGauge(lambda: self._stream_counts()))
         self._shadow_stats: ShadowStats = lambda: ()
         self.registry.register(_ShadowCollector(lambda: self._shadow_stats()))
         self.registry.register(_VersionGauge(
@@ -182,6 +186,9 @@ class Metrics:
 
     def watch_shadows(self, stats: ShadowStats) -> None:
         self._shadow_stats = stats
+
+    def watch_streams(self, counts: StreamCounts) -> None:
+        self._stream_counts = counts
 
     def batch_observer(self, model: str) -> Callable[[BatchInfo, Sequence[Job]], None]:
         """A ``Batcher`` observer for ``model`` with its label children bound once."""
@@ -239,6 +246,24 @@ class _VersionGauge:
         family = GaugeMetricFamily(self._name, self._documentation, labels=["model", "version"])
         for model, version, value in self._counts():
             family.add_metric([model, version], value)
+        yield family
+
+    def describe(self):
+        return []
+
+
+class _StreamsGauge:
+    """The open WebSocket streams by kind (``rlserve.service.stream.route``), read at scrape time."""
+
+    def __init__(self, counts: StreamCounts):
+        self._counts = counts
+
+    def collect(self):
+        family = GaugeMetricFamily("rlserve_streams_open", "Open WebSocket streams by kind (stream: a model's "
+                                   "session, openpi: openpi's protocol, agents: a policy set's episode)",
+                                   labels=["kind"])
+        for kind, value in self._counts():
+            family.add_metric([kind], value)
         yield family
 
     def describe(self):

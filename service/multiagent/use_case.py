@@ -41,6 +41,9 @@ from rlserve.service.step.rows import Rows
 log = logging.getLogger("rlserve.agents")
 _ENCODER = msgspec.json.Encoder()
 Reply = Callable[[Any, ServiceError | None], None]
+# The answer (plain data, as ``AgentsActResponse`` documents it) to what the reply carries:
+# the HTTP route's JSON bytes, a stream's frame (``rlserve.service.stream.agents``).
+Encode = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(slots=True)
@@ -78,6 +81,7 @@ class _Plan:
     episode: EpisodePlan
     parts: list[_Part]
     done: dict[str, str]  # agents sent with done=true -> their policy
+    encode: Encode
 
 
 class AgentsActService:
@@ -106,7 +110,7 @@ class AgentsActService:
         served = self.registry.policy_set(name)
 
         def accept() -> _Plan:
-            return self._accept(served, req, started)
+            return self._accept(served, req, started, _ENCODER.encode)
 
         try:
             plan = accept()
@@ -123,6 +127,25 @@ class AgentsActService:
         except Exception as exc:  # the client gets an answer whatever went wrong
             reply(None, as_service_error(exc, log, "agents act failed"))
 
+    def accept_nowait(self, name: str, req: AgentsActRequest, started: float, encode: Encode) -> _Plan:
+        """A decoded request checked and bound (``submit`` runs it): a stream's step. Raises
+        ``SessionMiss`` when its episode or a session is not held here (then ``accept_after``)."""
+        return self._accept(self.registry.policy_set(name), req, started, encode)
+
+    async def accept_after(self, miss: SessionMiss, name: str, req: AgentsActRequest, started: float,
+                           encode: Encode) -> _Plan:
+        """``accept_nowait`` once what ``miss`` names (and what the next tries miss) is read."""
+        served = self.registry.policy_set(name)
+
+        def accept() -> _Plan:
+            return self._accept(served, req, started, encode)
+
+        return await after_loading_all(miss, accept, LOADS + 2 + len(served.members))
+
+    def submit(self, plan: _Plan, reply: Reply) -> None:
+        """Run an accepted request's parts; ``reply`` gets the encoded answer or the error."""
+        self._submit(plan, reply)
+
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
@@ -130,7 +153,7 @@ class AgentsActService:
 
     # ------------------------------------------------------------------ accept
 
-    def _accept(self, served: ServedPolicySet, req: AgentsActRequest, started: float) -> _Plan:
+    def _accept(self, served: ServedPolicySet, req: AgentsActRequest, started: float, encode: Encode) -> _Plan:
         """Check every part (no mutation), then bind the episode and every part."""
         episode = plan_episode(served, req)
         parts: dict[str, _Part] = {}
@@ -174,7 +197,7 @@ class AgentsActService:
                 raise _named_for_agents(exc, part.agents) from None
         episode.check_finishing(self.registry)
         episode.bind(self.registry)  # the episode's changes: created, restarted, joined, finished
-        plan = _Plan(started, served, req, episode, list(parts.values()), done)
+        plan = _Plan(started, served, req, episode, list(parts.values()), done, encode)
         for part in plan.parts:
             assert part.checked is not None
             part.accepted = self.act.bind(part.checked)
@@ -233,7 +256,7 @@ class AgentsActService:
             reply(None, error)
             return
         try:
-            payload = _ENCODER.encode(self._response(plan, answers))
+            payload = plan.encode(self._response(plan, answers))
         except Exception as exc:
             reply(None, as_service_error(exc, log, "agents act: encoding the response failed"))
             return

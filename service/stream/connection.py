@@ -12,10 +12,14 @@ socket's write buffer is full), so TCP pushes back on the client and nothing que
 bound. The transports: ``socket.py`` (the frames parsed and written inside the server's
 HTTP protocol, ``rlserve serve``) and ``asgi.py`` (any ASGI server's WebSocket).
 
-The seam of a message's handling: ``_take`` reads a message with the dialect and hands it
-to ``_step``, the single-agent step. A handler of another kind of message puts one ``_Slot``
-in the ``outbox`` per message, in message order, and sets its ``frame`` (then ``_flush``)
-once the answer is known: the order, the backpressure and the close codes stay here.
+The seam of a message's handling: ``_take`` reads a message with the dialect, puts its
+``Step`` in the ``outbox`` (one per message, in message order) and hands both to ``_step``,
+the single-agent step; a policy set's stream (``agents.py``) overrides ``_step``,
+``_taken`` and ``_finish``. A handler gets its step's answer to ``Step.reply`` (which sets the
+``frame`` and flushes), or holds later messages behind a store read (``_hold``): the order,
+the backpressure and the close codes stay here. Whatever a decoder or a handler raises, the
+message is answered: a decoder's unexpected exception on the client's bytes is a 400
+``unreadable`` (counted), a handler's is a logged bug and a 500 error frame.
 
 The connection holds a session id, not a session: every step goes through the act use
 case exactly as an HTTP step with ``session_id`` (the same resolution, binding, batches,
@@ -30,6 +34,7 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +68,8 @@ class StreamOptions:
     outputs: tuple[str, ...] = ()
     debug: bool = False
     observation_key: str = "observation"  # openpi's dict key of the observation
+    clip_actions: bool | None = None  # a policy set's stream (``agents.py``): as its act request's
+    unsquash_actions: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +109,9 @@ class _Slot:
         self.frame, self.code = frame, code
 
 
-class _Step(_Slot):
-    """A step in flight: its batch's ``encode`` and ``reply`` (bound methods, no closures)."""
+class Step(_Slot):
+    """A message's place in the outbox: its batch's ``encode`` and ``reply`` (bound methods,
+    no closures); the first reply is its frame."""
 
     __slots__ = ("connection", "kind", "tag", "note")
 
@@ -118,6 +126,8 @@ class _Step(_Slot):
                                          accepted.policy.pipeline.action_space, accepted.started)
 
     def reply(self, payload: Any, error: ServiceError | None) -> None:
+        if self.frame is not None:  # answered already (a handler that raised after submitting)
+            return
         connection = self.connection
         if error is not None:
             payload = connection._error(self.kind, error, self.tag)
@@ -199,38 +209,46 @@ class StreamConnection:
         try:
             message = self.dialect.decode(kind, data)
         except frames.Unreadable as exc:
-            self.unreadable += 1
-            limit = self.unreadable >= self.limits.max_unreadable
-            self._refuse(kind, exc, None, started, CLOSE_UNREADABLE if limit else 0)
+            self._unreadable(kind, exc, started)
             return
         except ServiceError as exc:  # read, but not a step (a dialect's missing observation): not counted
             self._refuse(kind, exc, None, started)
+            return
+        except Exception as exc:  # a decoder's surprise on the client's bytes: still bytes it cannot read
+            log.warning("a stream message's decoder raised %s", type(exc).__name__, exc_info=exc)
+            self._unreadable(kind, frames.Unreadable(
+                f"message could not be read ({type(exc).__name__})", field="message",
+                expected="a step message (docs/api.md)", received=f"{len(data)} bytes"), started)
             return
         if message.end:
             self.closed = True
             self.outbox.append(_Ending(kind, message.tag))
             self._flush()
             return
-        self._step(kind, message, started)
-
-    def _step(self, kind: str, message: frames.StepMessage, started: float) -> None:
-        step = _Step(self, kind, message.tag, None if self.access is None else self.access.note())
+        step = Step(self, kind, message.tag, None if self.access is None else self.access.note())
         self.outbox.append(step)
         try:
-            request = self._request(message)
-            try:
-                accepted = self._accept(request, started, step.note)
-            except SessionMiss as miss:  # rare: a resumed session another replica held; read in order
-                self.held = deque()
-                asyncio.get_running_loop().create_task(self._after_loading(miss, step, request, started))
-                return
-            self.service.submit_nowait(accepted, step.encode, step.reply)
-        except Exception as exc:  # a refusal: an error frame, the connection stays open
+            self._step(step, message, started)
+        except Exception as exc:  # a refusal (an error frame, the connection stays open), or a logged bug
             step.reply(None, as_service_error(exc, log, "stream step failed"))
+
+    def _unreadable(self, kind: str, exc: frames.Unreadable, started: float) -> None:
+        self.unreadable += 1
+        limit = self.unreadable >= self.limits.max_unreadable
+        self._refuse(kind, exc, None, started, CLOSE_UNREADABLE if limit else 0)
+
+    def _step(self, step: Step, message: Any, started: float) -> None:
+        """Take one step message: its answer goes to ``step.reply``; raises what refuses it."""
+        request = self._request(message)
+        try:
+            accepted = self._accept(request, started, step.note)
+        except SessionMiss as miss:  # rare: a resumed session another replica held; read in order
+            self._hold(step, message, self._submit_loaded(miss, step, request, started))
             return
+        self.service.submit_nowait(accepted, step.encode, step.reply)
         self._taken(message)
 
-    def _taken(self, message: frames.StepMessage) -> None:
+    def _taken(self, message: Any) -> None:
         """The step went to its batch: the next starts an episode after one that ended."""
         self.starts = message.terminated or message.truncated
         self.seed = None
@@ -243,11 +261,20 @@ class StreamConnection:
             if token is not None:
                 current_note.reset(token)
 
-    async def _after_loading(self, miss: SessionMiss, step: _Step, request: ActRequest, started: float) -> None:
+    async def _submit_loaded(self, miss: SessionMiss, step: Step, request: ActRequest, started: float) -> None:
+        accepted = await after_loading(miss, functools.partial(self._accept, request, started, step.note))
+        self.service.submit_nowait(accepted, step.encode, step.reply)
+
+    def _hold(self, step: Step, message: Any, loading: Coroutine[Any, Any, None]) -> None:
+        """The messages after this one wait until ``loading`` (the store's read, then the
+        step's submit) is done, so that they are taken in order."""
+        self.held = deque()
+        asyncio.get_running_loop().create_task(self._after_loading(step, message, loading))
+
+    async def _after_loading(self, step: Step, message: Any, loading: Coroutine[Any, Any, None]) -> None:
         try:
-            accepted = await after_loading(miss, functools.partial(self._accept, request, started, step.note))
-            self.service.submit_nowait(accepted, step.encode, step.reply)
-            self.starts, self.seed = request.terminated or request.truncated, None
+            await loading
+            self._taken(message)
         except Exception as exc:
             step.reply(None, as_service_error(exc, log, "stream step failed"))
         held, self.held = self.held, None
@@ -315,16 +342,18 @@ class StreamConnection:
 
     async def _end(self, ending: _Ending) -> None:
         """End the session (every step before it was answered): the answer to ``end``."""
-        entry_id = self.options.session_id
         try:
-            sessions = self.service.registry.entry(self.name).sessions
-            session = await sessions.lookup(entry_id)
-            await sessions.close(session)
+            await self._finish()
         except Exception as exc:  # gone already (expired, ended elsewhere): said, then closed
             ending.frame = self._error(ending.kind, as_service_error(exc, log, "stream end failed"), ending.tag)
         else:
-            payload: dict[str, Any] = {"ended": entry_id}
+            payload: dict[str, Any] = {"ended": self.options.session_id}
             if ending.tag is not None:
                 payload["tag"] = ending.tag
             ending.frame = self.dialect.frame(ending.kind, payload)
         self._flush()
+
+    async def _finish(self) -> None:
+        """What ``end`` ends: the stream's session."""
+        sessions = self.service.registry.entry(self.name).sessions
+        await sessions.close(await sessions.lookup(self.options.session_id))

@@ -5,13 +5,17 @@ The upgrade's query parameters are the stream's options (``seed``, ``explore``,
 ``version``, ``outputs``, ``session_id`` to resume a session, ``debug``). An upgrade that
 cannot be served is answered with an HTTP status and the JSON error body of every other
 route (ASGI's ``websocket.http.response`` extension, which uvicorn offers): 400 for an
-option, 404 for an unknown model, 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
+option, 404 for an unknown model (or policy set), 503 when ``RLSERVE_STREAM_MAX_CONNECTIONS`` streams are
 open (openpi connections count as streams). A server without that extension gets a close
 before the accept (HTTP 403 from uvicorn, close code 1013 for the full case) instead.
 
-Two transports share ``admit``, ``refused`` and ``connect``: ``__call__`` is the ASGI
-server's WebSocket (``asgi.py``), and ``upgrade.py`` takes the upgrade inside ``rlserve
-serve``'s HTTP protocol (``protocol.py``).
+``/v1/models/{set}/agents/stream`` is a policy set's stream (``agents.py``): its options are
+``seed``, ``explore``, ``outputs``, ``clip_actions``, ``unsquash_actions`` and ``episode_id``
+to resume an episode. ``kinds`` counts the open connections by kind (``rlserve_streams_open``).
+
+Two transports share ``admit``, ``refused``, ``connect`` and ``closed``: ``__call__`` is the
+ASGI server's WebSocket (``asgi.py``), and ``upgrade.py`` takes the upgrade inside ``rlserve
+serve``'s HTTP protocol (``protocol.py``); every kind of stream runs on both.
 """
 
 from __future__ import annotations
@@ -31,18 +35,22 @@ from rlserve.service.act.use_case import ActService
 from rlserve.service.act.wire import MAX_SEED
 from rlserve.service.engine.metrics import Metrics
 from rlserve.service.errors import BadRequest, ServiceError, as_service_error, error_reply
+from rlserve.service.multiagent.use_case import AgentsActService
 from rlserve.service.serving.policy import Policy
 from rlserve.service.stream import asgi, frames, openpi
+from rlserve.service.stream.agents import AGENTS_ROUTE, AgentsStreamConnection, check_upgrade
 from rlserve.service.stream.connection import Dialect, Outlet, StreamConnection, StreamLimits, StreamOptions
 
 log = logging.getLogger("rlserve.stream")
 
-STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/(?P<dialect>stream|openpi)$")
+STREAM_PATH = re.compile(r"^/v1/models/(?P<name>[^/]+)/(?P<dialect>stream|openpi|agents/stream)$")
 OPENPI_ROUTE = "/v1/models/{name}/openpi"
 CLOSE_FULL = 1013  # try again later: the connection cap, where no HTTP answer can be sent
 MAX_OPTION = 256  # characters of a query parameter's value
 _OPTIONS = ("seed", "explore", "version", "outputs", "session_id", "debug")
 _OPENPI_OPTIONS = (*_OPTIONS, "observation_key")
+_AGENTS_OPTIONS = ("seed", "explore", "outputs", "episode_id", "clip_actions", "unsquash_actions")
+KINDS = ("stream", "openpi", "agents")  # rlserve_streams_open{kind=...}
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -59,19 +67,27 @@ class Upgrade:
     name: str
     openpi: bool
     route: str  # the access log's name of the route
+    agents: bool = False  # a policy set's stream
+
+    @property
+    def kind(self) -> str:
+        return "agents" if self.agents else "openpi" if self.openpi else "stream"
 
 
 class StreamRoute:
     """The ASGI handler of stream upgrades; ``open`` counts the connections it holds."""
 
     def __init__(self, service: ActService, metrics: Metrics | None, access: AccessLog | None,
-                 max_connections: int, limits: StreamLimits, openpi_model: str | None = None):
+                 max_connections: int, limits: StreamLimits, openpi_model: str | None = None,
+                 agents: AgentsActService | None = None):
         self.service, self.metrics = service, metrics
         self.access = access if access is not None and access.enabled else None
         self.max_connections = max_connections
         self.limits = limits
         self.openpi_model = openpi_model  # "/" speaks openpi for this model
+        self.agents = agents  # serves policy sets' streams
         self.open = 0
+        self.kinds = dict.fromkeys(KINDS, 0)  # open connections by kind
 
     def match(self, scope: dict[str, Any]) -> Upgrade | None:
         if scope["type"] != "websocket":
@@ -84,18 +100,25 @@ class StreamRoute:
         found = STREAM_PATH.match(path)
         if found is None:
             return None
+        if found["dialect"] == "agents/stream":
+            return None if self.agents is None else Upgrade(found["name"], False, AGENTS_ROUTE, agents=True)
         if found["dialect"] == "openpi":
             return Upgrade(found["name"], True, OPENPI_ROUTE)
         return Upgrade(found["name"], False, frames.STREAM.route)
 
-    def admit(self, match: Upgrade, query: bytes) -> tuple[StreamOptions, Policy]:
-        """The upgrade's options and the policy it streams; raises what refuses it."""
+    def admit(self, match: Upgrade, query: bytes) -> tuple[StreamOptions, Policy | None]:
+        """The upgrade's options and the policy it streams (None for a policy set's); raises
+        what refuses it."""
         if self.open >= self.max_connections:
             raise StreamsFull(f"{self.max_connections} streams are open (RLSERVE_STREAM_MAX_CONNECTIONS)",
                               field="connections", expected=f"at most {self.max_connections}",
                               received=self.open + 1, headers={"Retry-After": "1"})
-        options = stream_options(query, _OPENPI_OPTIONS if match.openpi else _OPTIONS)
-        return options, self.service.registry.entry(match.name).policy(options.version)  # 404s before the accept
+        known = _AGENTS_OPTIONS if match.agents else _OPENPI_OPTIONS if match.openpi else _OPTIONS
+        options = stream_options(query, known)
+        if self.agents is not None and match.agents:
+            check_upgrade(self.agents, match.name, options)  # 404s before the accept
+            return options, None
+        return options, self.service.registry.entry(match.name).policy(options.version)
 
     def refused(self, match: Upgrade, exc: Exception, note: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """An upgrade refused: its status, JSON body and headers, and its access-log line."""
@@ -104,11 +127,16 @@ class StreamRoute:
             self.access.record("WS", match.route, error.status, note, match.name)
         return error_reply(error, self.metrics)
 
-    def connect(self, match: Upgrade, options: StreamOptions, policy: Policy,
+    def connect(self, match: Upgrade, options: StreamOptions, policy: Policy | None,
                 outlet: Outlet) -> tuple[StreamConnection, dict[str, Any] | None]:
-        """The stream's connection (counted in ``open`` until ``closed``), and the frame to
-        send first (openpi's metadata)."""
+        """The stream's connection (counted in ``open`` and ``kinds`` until ``closed``), and
+        the frame to send first (openpi's metadata)."""
         self.open += 1
+        self.kinds[match.kind] += 1
+        if self.agents is not None and match.agents:
+            return AgentsStreamConnection(self.agents, self.metrics, self.access, match.name, options, self.limits,
+                                          outlet), None
+        assert policy is not None  # admit gives a model's stream its policy
         dialect: Dialect = frames.STREAM
         first = None
         if match.openpi:
@@ -118,8 +146,9 @@ class StreamRoute:
         return StreamConnection(self.service, self.metrics, self.access, match.name, options, self.limits, outlet,
                                 dialect), first
 
-    def closed(self) -> None:
+    def closed(self, match: Upgrade) -> None:
         self.open -= 1
+        self.kinds[match.kind] -= 1
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: Upgrade) -> None:
         """The ASGI server's WebSocket (``asgi.py``)."""
@@ -139,7 +168,11 @@ class StreamRoute:
                 await send(first)
             await asgi.run(connection, outlet, receive, send)
         finally:
-            self.closed()
+            self.closed(match)
+
+    def open_by_kind(self) -> list[tuple[str, int]]:
+        """(kind, open connections) per kind of stream, for ``rlserve_streams_open``."""
+        return list(self.kinds.items())
 
     @staticmethod
     async def _refuse(scope: dict[str, Any], send: Any, status: int, body: bytes,
@@ -169,15 +202,17 @@ def stream_options(query: bytes, known: tuple[str, ...] = _OPTIONS) -> StreamOpt
             raise BadRequest(f"stream option {key!r} given twice or longer than {MAX_OPTION} characters", field=key,
                              expected=f"one value of at most {MAX_OPTION} characters", received=len(value))
         given[key] = value
-    session_id = given.get("session_id")
+    key = "episode_id" if "episode_id" in known else "session_id"  # a policy set's stream holds an episode
+    session_id = given.get(key)
     if session_id is not None and "seed" in given:
-        raise BadRequest("'seed' seeds a new session's first episode; a resumed session keeps its own", field="seed",
-                         expected="no 'seed' with 'session_id'", received=given["seed"])
+        raise BadRequest(f"'seed' seeds a new {key[:-3]}'s first episode; a resumed one keeps its own", field="seed",
+                         expected=f"no 'seed' with {key!r}", received=given["seed"])
     return StreamOptions(
         session_id=uuid.uuid4().hex if session_id is None else session_id, resume=session_id is not None,
         version=given.get("version"), seed=_seed(given.get("seed")), explore=_bool(given, "explore"),
         outputs=_outputs(given.get("outputs")), debug=bool(_bool(given, "debug")),
-        observation_key=given.get("observation_key") or openpi.OBSERVATION_KEY)
+        observation_key=given.get("observation_key") or openpi.OBSERVATION_KEY,
+        clip_actions=_bool(given, "clip_actions"), unsquash_actions=_bool(given, "unsquash_actions"))
 
 
 def _seed(text: str | None) -> int | None:

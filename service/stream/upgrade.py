@@ -14,6 +14,7 @@ answered without it, as the RFC allows.
 from __future__ import annotations
 
 import asyncio
+import functools
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
@@ -60,7 +61,8 @@ class FastUpgrade:
             transport.write(b"".join(head))
             transport.close()
             return True
-        protocol = StreamProtocol(transport, route.limits.max_message_bytes, connections, route.closed)
+        protocol = StreamProtocol(transport, route.limits.max_message_bytes, connections,
+                                  functools.partial(route.closed, match))
         protocol.connection, first = route.connect(match, options, policy, protocol)
         transport.write(b"".join([b"HTTP/1.1 101 Switching Protocols\r\n", *_lines(default_headers),
                                   b"upgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: ",

@@ -5,7 +5,9 @@ The server (a real uvicorn process) serves the recorded two-policy RLlib checkpo
 an MLP) as a policy set, given on the command line with its mapping; the client plays
 PettingZoo's rock-paper-scissors (``pettingzoo.classic.rps_v2``, the parallel API) through
 ``rlserve.client.pettingzoo_runner``: whole episodes, each agent's state on the server, a
-seeded episode replayed identically, and the episode's state gone once it ended.
+seeded episode replayed identically, and the episode's state gone once it ended; over the
+policy set's stream (``stream=True``, JSON and msgpack frames, and ``AsyncAgentsStream``) the
+same seeded episodes play the same actions as over HTTP.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def test_rock_paper_scissors_episodes_play_to_the_end_and_replay_with_a_seed() -
         # Every episode ended on the server: its agents' sessions are gone.
         sessions = httpx.get(f"{url}/v1/models/rps").json()["episodes"]
         assert sessions["active"] == 0
+        _streams_play_as_http(url, client)  # the same server: no second start
 
 
 
@@ -69,3 +72,37 @@ def test_the_experience_log_writes_each_player_as_an_episode_of_its_policy(tmp_p
         assert all(e.whole and e.is_truncated and not e.is_terminated and len(e) == 15 for e in episodes)
         assert sorted(e.episode_return for e in episodes) == pytest.approx(
             sorted(p.returns[player] for p in played))
+
+
+def _streams_play_as_http(url: str, client: AgentsClient) -> None:
+    """``stream=True`` (one WebSocket per episode, JSON or msgpack frames) plays the seeded
+    episodes of the recurrent set action for action as HTTP does; ``AsyncAgentsStream`` too."""
+    import asyncio
+
+    over_http = play_parallel_episodes(client, _env, 2, seed=40, env_seed=3)
+    for binary in (False, True):
+        streamed = play_parallel_episodes(client, _env, 2, seed=40, env_seed=3, stream=True, binary=binary)
+        assert [e.actions for e in streamed] == [e.actions for e in over_http]
+        assert [e.returns for e in streamed] == [e.returns for e in over_http]
+    assert play_parallel_episode(client, _env(), seed=41, env_seed=3, stream=True).actions \
+        != over_http[0].actions
+
+    async def replay() -> list[dict]:
+        env = _env()
+        observations, _ = env.reset(seed=3)
+        taken = []
+        async with client.async_stream(seed=40) as stream:
+            while env.agents:
+                actions = await stream.get_actions({a: int(observations[a]) for a in env.agents})
+                taken.append(actions)
+                observations, rewards, *_ = env.step(actions)
+                stream.log_returns(rewards)
+            # rlserve serve takes the upgrade in its own protocol: the gauge counts it there too
+            assert 'rlserve_streams_open{kind="agents"} 1.0' in httpx.get(f"{url}/metrics").text
+            await stream.end_episode()
+        return taken
+
+    assert asyncio.run(replay()) == over_http[0].actions
+    assert httpx.get(f"{url}/v1/models/rps").json()["episodes"]["active"] == 0
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'rlserve_streams_open{kind="agents"} 0.0' in metrics

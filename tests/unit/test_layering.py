@@ -39,7 +39,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "act": ("act",),  # the request edge: transports, decode, the act use case
     "protocols": ("protocols",),  # other wire protocols, on the act use case
     "multiagent": ("multiagent",),  # policy sets, on the act use case
-    "stream": ("stream",),  # WebSocket streams of one session each, on the act use case
+    "stream": ("stream",),  # WebSocket streams of one session (act use case) or episode (multiagent's) each
     "api": ("api",),  # the FastAPI routers
     "app": ("app",),  # the app factory
     "process": ("startup", "server", "workers", "serve_command", "cli"),  # `rlserve serve` and its processes
@@ -58,7 +58,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "act": frozenset({"ground", "engine", "sessions", "step", "serving"}),
     "protocols": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
     "multiagent": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
-    "stream": frozenset({"ground", "engine", "sessions", "step", "serving", "act"}),
+    "stream": frozenset({"ground", "engine", "sessions", "step", "serving", "act", "multiagent"}),
     "api": frozenset({"ground", "experience", "sessions", "serving", "act", "protocols", "multiagent"}),
     "app": frozenset({"ground", "engine", "experience", "sessions", "step", "shadow", "serving", "act", "protocols",
                       "multiagent", "stream", "api"}),
