@@ -15,14 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from websockets.asyncio.client import ClientConnection as AsyncConnection
-from websockets.asyncio.client import connect as async_connect
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import ClientConnection, connect
-
 from rlserve.client.agents_episode import AgentsEpisode
 from rlserve.client.agents_result import AgentsResult
-from rlserve.client.stream import _Frames, _refused
+from rlserve.client.stream import _AsyncSocket, _BlockingSocket, _Frames
 
 __all__ = ["AgentsStream", "AsyncAgentsStream", "agents_stream_url"]
 
@@ -84,7 +79,7 @@ class _Episode:
         return self.message(done, False, True, None, None) if done else self.frames.encode({"end": True})
 
 
-class AgentsStream:
+class AgentsStream(_BlockingSocket):
     """A blocking stream of one multi-agent episode; a context manager (leaving it closes the
     socket, not the episode)."""
 
@@ -92,15 +87,8 @@ class AgentsStream:
                  headers: dict[str, str] | None = None, **options: Any):
         """Open a stream of the policy set ``model`` (options: ``seed``, ``explore``, ``outputs``,
         ``clip_actions``, ``unsquash_actions``, ``episode_id`` to resume an episode)."""
-        self.url = agents_stream_url(base_url, model, **options)
         self._episode = _Episode(binary, options)
-        self._timeout = timeout
-        try:
-            # legacy=True: the connection itself, kept past this call (as ``Stream``'s)
-            self._ws: ClientConnection = connect(self.url, open_timeout=timeout, max_size=None, compression=None,
-                                                 additional_headers=headers, legacy=True)
-        except (InvalidStatus, OSError, TimeoutError) as exc:
-            raise _refused(exc, self.url) from None
+        super().__init__(agents_stream_url(base_url, model, **options), self._episode.frames, timeout, headers)
 
     @property
     def episode_id(self) -> str | None:
@@ -147,56 +135,22 @@ class AgentsStream:
         self.close()
         return dict(self._episode.episode.returns)
 
-    def end(self) -> None:
-        """End the episode now (the server closes the stream once it is ended)."""
-        self._ws.send(self._episode.frames.encode({"end": True}))
-        self._episode.frames.read(self._ws.recv(timeout=self._timeout))
-        self.close()
-
-    def close(self) -> None:
-        """Close the socket; the episode stays until it expires (or is resumed by id)."""
-        self._ws.close()
-
-    def __enter__(self) -> AgentsStream:
-        """The stream itself; leaving the ``with`` block closes the socket."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close the socket (the episode stays)."""
-        self.close()
 
 
-class AsyncAgentsStream:
+class AsyncAgentsStream(_AsyncSocket):
     """An asyncio policy set stream: ``async with AsyncAgentsStream(...) as stream``."""
 
     def __init__(self, base_url: str, model: str, *, binary: bool = False, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, **options: Any):
         """A stream of the policy set ``model``, opened by ``open()`` or ``async with``;
         options as ``AgentsStream``'s."""
-        self.url = agents_stream_url(base_url, model, **options)
         self._episode = _Episode(binary, options)
-        self._timeout = timeout
-        self._headers = headers
-        self._ws: AsyncConnection | None = None
+        super().__init__(agents_stream_url(base_url, model, **options), self._episode.frames, timeout, headers)
 
     @property
     def episode_id(self) -> str | None:
         """The episode's id (known after the first answer, or given to resume it)."""
         return self._episode.frames.session_id
-
-    async def open(self) -> AsyncAgentsStream:
-        """Connect (the upgrade's refusal raises its ``RLServeError``); returns the stream."""
-        try:
-            self._ws = await async_connect(self.url, open_timeout=self._timeout, max_size=None, compression=None,
-                                           additional_headers=self._headers)
-        except (InvalidStatus, OSError, TimeoutError) as exc:
-            raise _refused(exc, self.url) from None
-        return self
-
-    def _socket(self) -> AsyncConnection:
-        if self._ws is None:
-            raise RuntimeError("the stream is not open: use `async with` or `await stream.open()`")
-        return self._ws
 
     async def send(self, agents: Mapping[str, Mapping[str, Any]], *, episode_start: bool = False,
                    episode_end: bool = False, seed: int | None = None, tag: str | int | None = None) -> None:
@@ -236,22 +190,3 @@ class AsyncAgentsStream:
             self._episode.frames.read(await self._socket().recv())
         await self.close()
         return dict(self._episode.episode.returns)
-
-    async def end(self) -> None:
-        """End the episode now (the server closes the stream once it is ended)."""
-        await self._socket().send(self._episode.frames.encode({"end": True}))
-        self._episode.frames.read(await self._socket().recv())
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the socket; the episode stays until it expires (or is resumed by id)."""
-        if self._ws is not None:
-            await self._ws.close()
-
-    async def __aenter__(self) -> AsyncAgentsStream:
-        """The stream, opened."""
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close the socket (the episode stays)."""
-        await self.close()

@@ -11,7 +11,7 @@ the stream stays usable.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlencode
 
 import msgpack  # type: ignore[import-untyped]  # ships no type information
@@ -128,23 +128,90 @@ def _refused(exc: Exception, url: str) -> RLServeError:
     return ConnectionFailed(f"cannot open a stream at {url}: {exc}")
 
 
-class Stream:
+class _BlockingSocket:
+    """A blocking stream's socket: connected when made, the ``end`` message, closing; the
+    frames (``_Frames``) read the answers. ``Stream`` and ``AgentsStream`` are made of it."""
+
+    def __init__(self, url: str, frames: _Frames, timeout: float, headers: dict[str, str] | None):
+        self.url, self._frames, self._timeout = url, frames, timeout
+        try:
+            # legacy=True: the connection itself, kept past this call (websockets 17 warns otherwise)
+            self._ws: ClientConnection = connect(url, open_timeout=timeout, max_size=None, compression=None,
+                                                 additional_headers=headers, legacy=True)
+        except (InvalidStatus, OSError, TimeoutError) as exc:
+            raise _refused(exc, url) from None
+
+    def end(self) -> None:
+        """End the session or episode now (the server closes the stream once it is ended)."""
+        self._ws.send(self._frames.encode({"end": True}))
+        self._frames.read(self._ws.recv(timeout=self._timeout))
+        self.close()
+
+    def close(self) -> None:
+        """Close the socket; the session or episode stays until it expires (or is resumed by id)."""
+        self._ws.close()
+
+    def __enter__(self) -> Self:
+        """The stream itself; leaving the ``with`` block closes the socket."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the socket (the session or episode stays)."""
+        self.close()
+
+
+class _AsyncSocket:
+    """An asyncio stream's socket: opened by ``open()`` or ``async with``, the ``end``
+    message, closing. ``AsyncStream`` and ``AsyncAgentsStream`` are made of it."""
+
+    def __init__(self, url: str, frames: _Frames, timeout: float, headers: dict[str, str] | None):
+        self.url, self._frames, self._timeout, self._headers = url, frames, timeout, headers
+        self._ws: AsyncConnection | None = None
+
+    async def open(self) -> Self:
+        """Connect (the upgrade's refusal raises its ``RLServeError``); returns the stream."""
+        try:
+            self._ws = await async_connect(self.url, open_timeout=self._timeout, max_size=None, compression=None,
+                                           additional_headers=self._headers)
+        except (InvalidStatus, OSError, TimeoutError) as exc:
+            raise _refused(exc, self.url) from None
+        return self
+
+    def _socket(self) -> AsyncConnection:
+        if self._ws is None:
+            raise RuntimeError("the stream is not open: use `async with` or `await stream.open()`")
+        return self._ws
+
+    async def end(self) -> None:
+        """End the session or episode now (the server closes the stream once it is ended)."""
+        await self._socket().send(self._frames.encode({"end": True}))
+        self._frames.read(await self._socket().recv())
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the socket; the session or episode stays until it expires (or is resumed by id)."""
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def __aenter__(self) -> Self:
+        """The stream, opened."""
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the socket (the session or episode stays)."""
+        await self.close()
+
+
+class Stream(_BlockingSocket):
     """A blocking stream; a context manager (leaving it closes the socket, not the session)."""
 
     def __init__(self, base_url: str, model: str, *, binary: bool = False, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, **options: Any):
         """Open a stream of ``model`` (options: ``seed``, ``explore``, ``version``,
         ``outputs``, ``session_id`` to resume a session, ``debug``)."""
-        self.url = stream_url(base_url, model, **options)
-        self._frames = _Frames(binary)
-        self._frames.session_id = options.get("session_id")
-        self._timeout = timeout
-        try:
-            # legacy=True: the connection itself, kept past this call (websockets 17 warns otherwise)
-            self._ws: ClientConnection = connect(self.url, open_timeout=timeout, max_size=None, compression=None,
-                                                 additional_headers=headers, legacy=True)
-        except (InvalidStatus, OSError, TimeoutError) as exc:
-            raise _refused(exc, self.url) from None
+        frames = _Frames(binary)
+        frames.session_id = options.get("session_id")
+        super().__init__(stream_url(base_url, model, **options), frames, timeout, headers)
 
     @property
     def session_id(self) -> str | None:
@@ -167,56 +234,22 @@ class Stream:
         self.send(observation, **fields)
         return self.receive()
 
-    def end(self) -> None:
-        """End the session now (the server closes the stream once it is ended)."""
-        self._ws.send(self._frames.encode({"end": True}))
-        self._frames.read(self._ws.recv(timeout=self._timeout))
-        self.close()
-
-    def close(self) -> None:
-        """Close the socket; the session stays until it expires (or is resumed by id)."""
-        self._ws.close()
-
-    def __enter__(self) -> Stream:
-        """The stream itself; leaving the ``with`` block closes the socket."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close the socket (the session stays)."""
-        self.close()
 
 
-class AsyncStream:
+class AsyncStream(_AsyncSocket):
     """An asyncio stream: ``async with AsyncStream(...) as stream`` (or ``await stream.open()``)."""
 
     def __init__(self, base_url: str, model: str, *, binary: bool = False, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, **options: Any):
         """A stream of ``model``, opened by ``open()`` or ``async with``; options as ``Stream``'s."""
-        self.url = stream_url(base_url, model, **options)
-        self._frames = _Frames(binary)
-        self._frames.session_id = options.get("session_id")
-        self._timeout = timeout
-        self._headers = headers
-        self._ws: AsyncConnection | None = None
+        frames = _Frames(binary)
+        frames.session_id = options.get("session_id")
+        super().__init__(stream_url(base_url, model, **options), frames, timeout, headers)
 
     @property
     def session_id(self) -> str | None:
         """The session's id (known after the first answer, or given to resume it)."""
         return self._frames.session_id
-
-    async def open(self) -> AsyncStream:
-        """Connect (the upgrade's refusal raises its ``RLServeError``); returns the stream."""
-        try:
-            self._ws = await async_connect(self.url, open_timeout=self._timeout, max_size=None, compression=None,
-                                           additional_headers=self._headers)
-        except (InvalidStatus, OSError, TimeoutError) as exc:
-            raise _refused(exc, self.url) from None
-        return self
-
-    def _socket(self) -> AsyncConnection:
-        if self._ws is None:
-            raise RuntimeError("the stream is not open: use `async with` or `await stream.open()`")
-        return self._ws
 
     async def send(self, observation: Any, *, reward: float | None = None, terminated: bool = False,
                    truncated: bool = False, action_mask: Any = None, prev_action: Any = _UNSET,
@@ -233,22 +266,3 @@ class AsyncStream:
         """One step: ``send`` then ``receive``."""
         await self.send(observation, **fields)
         return await self.receive()
-
-    async def end(self) -> None:
-        """End the session now (the server closes the stream once it is ended)."""
-        await self._socket().send(self._frames.encode({"end": True}))
-        self._frames.read(await self._socket().recv())
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the socket; the session stays until it expires (or is resumed by id)."""
-        if self._ws is not None:
-            await self._ws.close()
-
-    async def __aenter__(self) -> AsyncStream:
-        """The stream, opened."""
-        return await self.open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Close the socket (the session stays)."""
-        await self.close()
