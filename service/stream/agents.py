@@ -156,12 +156,7 @@ class AgentsStreamConnection(StreamConnection):
             raise BadRequest("a step message carries the agents that act now", field="agents",
                              expected="a map of agent id -> its step (at least one agent), or 'end'",
                              received="no agents")
-        starts = self.starts or message.episode_start
-        if message.seed is not None and not starts:
-            raise BadRequest("'seed' seeds the episode a step starts", field="seed",
-                             expected="'seed' with 'episode_start' (or on a stream's first step)",
-                             received=int(message.seed))
-        seed = message.seed if message.seed is not None else self.seed if starts else None
+        starts, seed = self._starts(message.episode_start, message.seed)
         return AgentsActRequest(
             agents=message.agents, episode_id=options.session_id, episode_start=starts,
             episode_end=message.episode_end, seed=None if seed is None else Seed(seed), explore=options.explore,

@@ -284,14 +284,18 @@ class StreamConnection:
         if held and self.held is not None:
             self.held.extendleft(reversed(held))
 
+    def _starts(self, episode_start: bool, seed: int | None) -> tuple[bool, int | None]:
+        """Whether a message's step starts an episode, and the seed of that episode: the
+        message's, else the stream's first episode's; a seed on a step that starts none is a 400."""
+        starts = self.starts or episode_start
+        if seed is not None and not starts:
+            raise BadRequest("'seed' seeds the episode a step starts", field="seed",
+                             expected="'seed' with 'episode_start' (or on a stream's first step)", received=int(seed))
+        return starts, seed if seed is not None else self.seed if starts else None
+
     def _request(self, message: frames.StepMessage) -> ActRequest:
         options = self.options
-        starts = self.starts or message.episode_start
-        if message.seed is not None and not starts:
-            raise BadRequest("'seed' seeds the episode a step starts", field="seed",
-                             expected="'seed' with 'episode_start' (or on a stream's first step)",
-                             received=int(message.seed))
-        seed = message.seed if message.seed is not None else self.seed if starts else None
+        starts, seed = self._starts(message.episode_start, message.seed)
         return ActRequest(
             observation=message.observation, session_id=options.session_id, episode_start=starts,
             reward=message.reward, prev_action=message.prev_action, action_mask=message.action_mask,
