@@ -9,6 +9,8 @@ import httpx
 import pytest
 import svc_bundles
 
+from rlserve.models.export.policy_set_export import policy_set_from_bundles
+from rlserve.models.multiagent.mapping import AgentMapping
 from rlserve.service.app import create_app
 from rlserve.service.settings import Settings
 
@@ -57,3 +59,18 @@ def error_of(response: httpx.Response) -> dict:
     assert set(body) == {"error"}, body
     assert set(body["error"]) == {"code", "message", "field", "expected", "received"}, body
     return body["error"]
+
+
+# The policy set of the multi-agent service tests: "boss" and red_* act with the LSTM, blue_*
+# with the MLP, any other agent is refused.
+TEAM_MAPPING = AgentMapping({"boss": "rnn"}, [("red_*", "rnn"), ("blue_*", "ff")], None)
+
+
+@pytest.fixture(scope="module")
+def team_set(bundle_store, tmp_path_factory) -> Path:
+    """The policy set ``team`` (``TEAM_MAPPING`` over the mlp and lstm bundles), made once per module."""
+    out = tmp_path_factory.mktemp("sets") / "team"
+    with policy_set_from_bundles({"ff": bundle_store / "mlp", "rnn": bundle_store / "lstm"}, out, TEAM_MAPPING,
+                                 name="team"):
+        pass
+    return out

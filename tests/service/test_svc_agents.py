@@ -9,28 +9,12 @@ agent's rows as an ordinary single-policy session, so the set adds routing and n
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import error_of
-
-from rlserve.models.export.policy_set_export import policy_set_from_bundles
-from rlserve.models.multiagent.mapping import AgentMapping
+from conftest import TEAM_MAPPING, error_of
 
 pytestmark = pytest.mark.asyncio
-
-MAPPING = AgentMapping({"boss": "rnn"}, [("red_*", "rnn"), ("blue_*", "ff")], None)
-
-
-@pytest.fixture(scope="module")
-def team_set(bundle_store, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sets") / "team"
-    with policy_set_from_bundles({"ff": bundle_store / "mlp", "rnn": bundle_store / "lstm"}, out, MAPPING,
-                                 name="team"):
-        pass
-    return out
-
 
 @pytest.fixture
 def client_of(make_client, team_set):
@@ -202,7 +186,7 @@ async def test_episode_routes_create_export_import_end(client_of):
 async def test_metadata_shows_the_mapping_and_each_policy_is_its_own_model(client_of):
     _, client = client_of()
     meta = (await client.get("/v1/models/team")).json()
-    assert meta["kind"] == "policy_set" and meta["mapping"] == MAPPING.to_json()
+    assert meta["kind"] == "policy_set" and meta["mapping"] == TEAM_MAPPING.to_json()
     assert meta["policies"]["rnn"]["model"] == "team.rnn" and meta["policies"]["rnn"]["recurrent"] is True
     listing = (await client.get("/v1/models")).json()
     assert {"name": "team", "version": "1", "policies": {"ff": "team.ff", "rnn": "team.rnn"}} in listing["policy_sets"]

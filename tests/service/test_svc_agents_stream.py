@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -18,22 +17,8 @@ import numpy as np
 import pytest
 
 from rlserve.client.stream import pack_array
-from rlserve.models.export.policy_set_export import policy_set_from_bundles
-from rlserve.models.multiagent.mapping import AgentMapping
 
 pytestmark = pytest.mark.asyncio
-
-MAPPING = AgentMapping({"boss": "rnn"}, [("red_*", "rnn"), ("blue_*", "ff")], None)
-
-
-@pytest.fixture(scope="module")
-def team_set(bundle_store, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sets") / "team"
-    with policy_set_from_bundles({"ff": bundle_store / "mlp", "rnn": bundle_store / "lstm"}, out, MAPPING,
-                                 name="team"):
-        pass
-    return out
-
 
 @pytest.fixture
 def served(make_client, team_set):
