@@ -109,11 +109,14 @@ def _build(ckpt: ModuleCheckpoint, loaded: LoadedModule, label: str,
                                action_width=layout.prev["action_width"])
     model.eval()
     make_inputs = input_maker(model.signature(), copy.deepcopy(obs_space), connectors)
-    _check_exploration(loaded, model, make_inputs(3, 7), label)
+    _check_exploration(loaded, model, make_inputs(32, 7), label)
     if obs_layout is not None and _masks_with_observation(model, obs_layout, dist.spec, make_inputs(8, 11)):
         connectors["observation_mask_key"] = MASK_KEY
         say(f"the module masks its logits with the observation's {MASK_KEY!r}: the server masks with it too")
     return model, layout, connectors
+
+
+_EXPLORATION_PASSES = 4  # seeded forward_exploration passes compared with forward_inference
 
 
 def _has_value(member: Any) -> bool:
@@ -141,10 +144,18 @@ def _check_exploration(loaded: LoadedModule, model: TracedModulePolicy, inputs: 
             raise TraceError(f"{label}: forward_inference answers no {DIST_INPUTS}: the module acts for no agent "
                              "(a shared encoder?); export the modules that do, which reach it through their "
                              "MultiRLModule")
-        exploring = loaded.forward("forward_exploration", model.batch(module_obs, states))[DIST_INPUTS]
-    if acting.shape != exploring.shape or not torch.allclose(acting, exploring, rtol=1e-6, atol=1e-6):
-        raise TraceError(f"{label}: forward_exploration computes other action_dist_inputs than forward_inference "
-                         "(or a random one); a bundle serves one forward pass for both")
+        # A module that samples inside forward_exploration (RLlib's autoregressive example) can draw the
+        # deterministic answer by chance on a few rows: several seeded passes over many rows, any one differing.
+        with torch.random.fork_rng():
+            for seed in range(_EXPLORATION_PASSES):
+                torch.manual_seed(seed)
+                exploring = loaded.forward("forward_exploration", model.batch(module_obs, states))[DIST_INPUTS]
+                if acting.shape != exploring.shape or not torch.allclose(acting, exploring, rtol=1e-6, atol=1e-6):
+                    break
+            else:
+                return
+    raise TraceError(f"{label}: forward_exploration computes other action_dist_inputs than forward_inference "
+                     "(or a random one); a bundle serves one forward pass for both")
 
 
 def _masks_with_observation(model: TracedModulePolicy, obs_layout: ObsLayout, spec: Any,
