@@ -82,6 +82,7 @@ class _Plan:
     parts: list[_Part]
     done: dict[str, str]  # agents sent with done=true -> their policy
     encode: Encode
+    route: str  # rlserve_request_latency_seconds{route=...}: agents_act (HTTP) or agents_stream
 
 
 class AgentsActService:
@@ -110,7 +111,7 @@ class AgentsActService:
         served = self.registry.policy_set(name)
 
         def accept() -> _Plan:
-            return self._accept(served, req, started, _ENCODER.encode)
+            return self._accept(served, req, started, _ENCODER.encode, "agents_act")
 
         try:
             plan = accept()
@@ -127,18 +128,19 @@ class AgentsActService:
         except Exception as exc:  # the client gets an answer whatever went wrong
             reply(None, as_service_error(exc, log, "agents act failed"))
 
-    def accept_nowait(self, name: str, req: AgentsActRequest, started: float, encode: Encode) -> _Plan:
-        """A decoded request checked and bound (``submit`` runs it): a stream's step. Raises
-        ``SessionMiss`` when its episode or a session is not held here (then ``accept_after``)."""
-        return self._accept(self.registry.policy_set(name), req, started, encode)
+    def accept_nowait(self, name: str, req: AgentsActRequest, started: float, encode: Encode, route: str) -> _Plan:
+        """A decoded request checked and bound (``submit`` runs it): a stream's step, its
+        latency counted under ``route``. Raises ``SessionMiss`` when its episode or a session
+        is not held here (then ``accept_after``)."""
+        return self._accept(self.registry.policy_set(name), req, started, encode, route)
 
     async def accept_after(self, miss: SessionMiss, name: str, req: AgentsActRequest, started: float,
-                           encode: Encode) -> _Plan:
+                           encode: Encode, route: str) -> _Plan:
         """``accept_nowait`` once what ``miss`` names (and what the next tries miss) is read."""
         served = self.registry.policy_set(name)
 
         def accept() -> _Plan:
-            return self._accept(served, req, started, encode)
+            return self._accept(served, req, started, encode, route)
 
         return await after_loading_all(miss, accept, LOADS + 2 + len(served.members))
 
@@ -153,7 +155,8 @@ class AgentsActService:
 
     # ------------------------------------------------------------------ accept
 
-    def _accept(self, served: ServedPolicySet, req: AgentsActRequest, started: float, encode: Encode) -> _Plan:
+    def _accept(self, served: ServedPolicySet, req: AgentsActRequest, started: float, encode: Encode,
+                route: str) -> _Plan:
         """Check every part (no mutation), then bind the episode and every part."""
         episode = plan_episode(served, req)
         parts: dict[str, _Part] = {}
@@ -197,7 +200,7 @@ class AgentsActService:
                 raise _named_for_agents(exc, part.agents) from None
         episode.check_finishing(self.registry)
         episode.bind(self.registry)  # the episode's changes: created, restarted, joined, finished
-        plan = _Plan(started, served, req, episode, list(parts.values()), done, encode)
+        plan = _Plan(started, served, req, episode, list(parts.values()), done, encode, route)
         for part in plan.parts:
             assert part.checked is not None
             part.accepted = self.act.bind(part.checked)
@@ -263,6 +266,8 @@ class AgentsActService:
         for part in plan.parts:  # each member's part is one request of its version
             if part.accepted is not None:
                 self.act.observe_version(part.accepted)
+        if self.act.metrics is not None:  # the set's request, as the act route's: received to answer ready
+            self.act.metrics.route_latency(plan.served.name, plan.route).observe(time.perf_counter() - plan.started)
         if saving is None:
             reply(payload, None)
         else:  # an external store records the episode's changes before the answer goes out

@@ -128,7 +128,7 @@ class AgentsStreamConnection(StreamConnection):
         encode = functools.partial(_answer, step)
         token = None if step.note is None else current_note.set(step.note)
         try:
-            plan = self.agents.accept_nowait(self.name, request, started, encode)
+            plan = self.agents.accept_nowait(self.name, request, started, encode, AGENTS.label)
         except SessionMiss as miss:  # the episode or a member's session is in the store: read in order
             self._hold(step, message, self._submit_loaded_plan(miss, step, request, started))
             return
@@ -147,7 +147,8 @@ class AgentsStreamConnection(StreamConnection):
                                   started: float) -> None:
         if step.note is not None:
             current_note.set(step.note)  # this task's own context
-        plan = await self.agents.accept_after(miss, self.name, request, started, functools.partial(_answer, step))
+        plan = await self.agents.accept_after(miss, self.name, request, started, functools.partial(_answer, step),
+                                              AGENTS.label)
         self.agents.submit(plan, step.reply)
 
     def _agents_request(self, message: AgentsStepMessage) -> AgentsActRequest:

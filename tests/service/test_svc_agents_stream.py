@@ -199,6 +199,36 @@ async def test_metrics_count_the_open_streams_by_kind(served):
     assert await open_count("stream") == 0
 
 
+async def test_metrics_count_each_streamed_step_in_the_latency_histogram(served):
+    """rlserve_request_latency_seconds{model=<set>}: one per step answered, over the stream
+    (route agents_stream) as over HTTP (agents_act); a refused step counts as an error only."""
+    app, client = served
+
+    async def counts() -> dict[str, float]:
+        text = (await client.get("/metrics")).text
+        found = {}
+        for route in ("agents_stream", "agents_act"):
+            prefix = f'rlserve_request_latency_seconds_count{{model="team",route="{route}"}} '
+            found[route] = next((float(ln.removeprefix(prefix)) for ln in text.splitlines()
+                                 if ln.startswith(prefix)), 0.0)
+        return found
+
+    before = await counts()
+    socket = Socket(app, "/v1/models/team/agents/stream", b"seed=4")
+    await socket.first()
+    steps = _script(6)
+    for i, agents in enumerate(steps):
+        socket.send({"agents": agents, "tag": i})
+    socket.send({"agents": {"red_1": {"observation": [0.1, 0.2]}}, "tag": "bad"})  # 422: answered, not a step
+    got = [await socket.receive() for _ in range(len(steps) + 1)]
+    assert [g["tag"] for g in got] == [*range(len(steps)), "bad"] and got[-1]["status"] == 422
+    await socket.leave()
+    await _over_http(client, steps[:2], seed=4)
+    after = await counts()
+    assert after["agents_stream"] - before["agents_stream"] == len(steps)
+    assert after["agents_act"] - before["agents_act"] == 2
+
+
 async def test_the_experience_log_records_streamed_steps_as_it_records_http_ones(make_client, team_set, tmp_path):
     """Through the set's use case: each agent's streamed steps are its policy's logged episode,
     with the event ids the answers carried, closed by the agent's last observation."""
