@@ -2,10 +2,11 @@
 
 Started by the server for each shadow (``rlserve.service.shadow.process``), never by hand.
 It reads its ``ChildConfig`` (the first message), loads the candidate's bundle itself
-(ONNX Runtime or TorchScript, as the server would), lowers its priority to nice 19 (a
-start at that priority on a busy machine took longer than 30 s), and then runs the
-candidate on the rows the server hands over (``ShadowRunner``), in batches of up to
-``MAX_ROWS`` rows with no session twice. It keeps the candidate's per-session state
+(ONNX Runtime or TorchScript, as the server would), lowers its priority (``lower_priority``:
+every thread of it to ``SCHED_IDLE`` where the system has it, and nice 19; a start at that
+priority on a busy machine took longer than 30 s), and then runs the candidate on the rows
+the server hands over (``ShadowRunner``), in batches of up to ``MAX_ROWS`` rows with no
+session twice, one batch after the other while rows wait. It keeps the candidate's per-session state
 (and writes it to the session store when the server has one), writes the scores of logged
 steps to the experience log's ``shadow/`` table with a writer of its own, and publishes its
 counts after each batch.
@@ -45,7 +46,7 @@ from rlserve.service.shadow.runner import MAX_ROWS, ShadowRunner
 log = logging.getLogger("rlserve.shadow")
 
 POLL_S = 0.05  # how long it waits for rows when it holds none
-GATHER_S = 0.02  # after a batch short of MAX_ROWS: rows gather meanwhile, so batches grow
+GATHER_S = 0.02  # after a batch that left no row waiting: rows gather meanwhile, so batches grow
 RECEIVE_BYTES = 2 * SEND_BUFFER  # the largest message it reads (the kernel doubles the buffer asked for)
 
 
@@ -77,9 +78,9 @@ def main(argv: list[str]) -> int:
         except OSError:  # the server is gone already
             pass
         return 1
-    os.nice(NICE)
+    policy = lower_priority()
     counters.set(ready=1)
-    log.info("shadow %s on %s: running (pid %d, nice %d)", config.label, config.live, os.getpid(),
+    log.info("shadow %s on %s: running (pid %d, %s, nice %d)", config.label, config.live, os.getpid(), policy,
              os.getpriority(os.PRIO_PROCESS, 0))
     try:
         _serve(channel, runner, counters, stopping, writer)
@@ -88,6 +89,27 @@ def main(argv: list[str]) -> int:
         if writer is not None:
             writer.close()
     return 0
+
+
+def lower_priority() -> str:
+    """Every thread of this process (a writer's, a runtime's) to the lowest priority: the
+    scheduling policy ``SCHED_IDLE`` where the system has it (the live server preempts it
+    as soon as it wakes, and it runs only on CPU time nothing else wants) and nice ``NICE``
+    (per thread on Linux; all that is left where ``SCHED_IDLE`` is not). Which policy it got."""
+    policy = "SCHED_OTHER"
+    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    for thread in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, NICE)
+        except OSError:  # the thread ended meanwhile
+            pass
+        if hasattr(os, "SCHED_IDLE"):
+            try:
+                os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+                policy = "SCHED_IDLE"
+            except OSError:  # not allowed here (a container's seccomp profile), or the thread ended
+                pass
+    return policy
 
 
 def _build(config: ChildConfig) -> tuple[ShadowRunner, ExperienceWriter | None]:
@@ -135,7 +157,7 @@ def _serve(channel: socket.socket, runner: ShadowRunner, counters: Counters, sto
             counters.set(taken=counts.taken)  # last: the server reads a taken row's outcome as counted
         elif not open_:
             return
-        if len(rows) < MAX_ROWS and open_:
+        if open_ and not len(queue):  # nothing waits: rows gather meanwhile, so batches grow
             time.sleep(GATHER_S)
 
 
