@@ -38,7 +38,7 @@ from rlserve.service.experience.writer import ExperienceWriter
 from rlserve.service.serving.loading import build_policy
 from rlserve.service.settings import Settings
 from rlserve.service.shadow.durable import DurableShadowState
-from rlserve.service.shadow.process import MAX_MESSAGE, NICE, SEND_BUFFER, Counters
+from rlserve.service.shadow.process import MAX_MESSAGE, SEND_BUFFER, Counters, lower_priority
 from rlserve.service.shadow.queue import ShadowQueue
 from rlserve.service.shadow.rows import RowBatch
 from rlserve.service.shadow.runner import MAX_ROWS, ShadowRunner
@@ -89,27 +89,6 @@ def main(argv: list[str]) -> int:
         if writer is not None:
             writer.close()
     return 0
-
-
-def lower_priority() -> str:
-    """Every thread of this process (a writer's, a runtime's) to the lowest priority: the
-    scheduling policy ``SCHED_IDLE`` where the system has it (the live server preempts it
-    as soon as it wakes, and it runs only on CPU time nothing else wants) and nice ``NICE``
-    (per thread on Linux; all that is left where ``SCHED_IDLE`` is not). Which policy it got."""
-    policy = "SCHED_OTHER"
-    threads = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
-    for thread in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, thread, NICE)
-        except OSError:  # the thread ended meanwhile
-            pass
-        if hasattr(os, "SCHED_IDLE"):
-            try:
-                os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
-                policy = "SCHED_IDLE"
-            except OSError:  # not allowed here (a container's seccomp profile), or the thread ended
-                pass
-    return policy
 
 
 def _build(config: ChildConfig) -> tuple[ShadowRunner, ExperienceWriter | None]:
