@@ -6,8 +6,9 @@ action actually taken: it becomes the candidate's previous action), the reward a
 reported previous action that came with the row, the episode start and end, and the
 experience log's event id of the step (None where the step is not logged).
 
-The live side builds one ``RowBatch`` per live batch (``batch_rows``): columns, not an
-object per row, with the actions as the batch's own arrays; that is what is pickled and
+The live side builds one ``RowBatch`` per hand-over (``batch_rows``, from every live batch
+kept since the last, with the sessions' step counts ``session_steps`` took when each batch's
+answers stood): columns, not an object per row, with the actions as the batch's own arrays; that is what is pickled and
 sent (few objects: a per-row object with its own small arrays cost ~10 us a row to pickle,
 measured). The candidate's process turns it into ``ShadowRow``s (``RowBatch.rows``).
 """
