@@ -76,6 +76,12 @@ class ShadowQueue:
             self.admitted += len(keep)
         return batch.take(keep) if keep else None
 
+    def refuse(self, rows: int) -> None:
+        """``rows`` offered to a closed queue: dropped (counted) without being looked at."""
+        with self._lock:
+            self.counts.offered += rows
+            self.counts.dropped += rows
+
     def lost(self, batch: RowBatch) -> None:
         """Rows admitted but never handed over: dropped, their sessions broken."""
         with self._lock:

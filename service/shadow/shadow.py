@@ -51,8 +51,11 @@ class Shadow:
         """The live batch's ``steps`` whose answers stand (each with its ``StepOutput``): kept
         for the next hand-over, which the first batch kept schedules on the event loop (from
         the batcher's thread too). Without an event loop (or past ``queue_rows`` rows kept)
-        they are handed over now."""
+        they are handed over now; once the shadow stopped they are dropped (counted) now."""
         if not steps:
+            return
+        if self.stopped is not None:  # nothing to hand over: dropped now, so its counts are current
+            self.queue.refuse(sum(step.rows for step in steps))
             return
         counts = session_steps(steps)
         with self._lock:

@@ -99,3 +99,10 @@ def test_a_batch_takes_every_waiting_session_past_a_repeated_one():
     assert [r.session_id for r in queue.take(10)] == ["a", "b", None]
     assert [r.session_id for r in queue.take(10)] == ["a", "b"]
     assert [r.session_id for r in queue.take(10)] == ["a"]
+
+
+def test_rows_refused_by_a_closed_queue_are_counted_as_dropped():
+    queue = ShadowQueue(10)
+    queue.close()
+    queue.refuse(3)
+    assert (queue.counts.offered, queue.counts.dropped) == (3, 3)
