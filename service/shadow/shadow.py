@@ -27,6 +27,7 @@ from rlserve.service.shadow.rows import batch_rows, session_steps
 log = logging.getLogger("rlserve.shadow")
 
 FLUSH_S = 0.01  # the hand-over runs this long after the first live batch it takes
+KEEP_ROWS = 4096  # rows kept past which (and past the queue's size) a batch is handed over at once
 
 
 class Shadow:
@@ -50,8 +51,9 @@ class Shadow:
     def offer(self, steps: list[Any], results: list[Any]) -> None:
         """The live batch's ``steps`` whose answers stand (each with its ``StepOutput``): kept
         for the next hand-over, which the first batch kept schedules on the event loop (from
-        the batcher's thread too). Without an event loop (or past ``queue_rows`` rows kept)
-        they are handed over now; once the shadow stopped they are dropped (counted) now."""
+        the batcher's thread too). Without an event loop, or with more rows kept than both
+        ``queue_rows`` and ``KEEP_ROWS`` (the timer is late), they are handed over now; once
+        the shadow stopped they are dropped (counted) now."""
         if not steps:
             return
         if self.stopped is not None:  # nothing to hand over: dropped now, so its counts are current
@@ -64,13 +66,13 @@ class Shadow:
             armed, self._armed = self._armed, True
             if not armed:
                 self._since = time.time()
-        if armed and self._pending_rows < self.queue.capacity:
+        if armed and self._pending_rows < max(self.queue.capacity, KEEP_ROWS):
             return
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if armed:  # past the queue's capacity before the timer: nothing it holds would fit anyway
+        if armed:  # the timer is late: a bound on what waits for it
             self.flush()
         elif loop is not None:
             self._loop = loop
