@@ -8,7 +8,7 @@ with the shadow on and off, alternating the order; the shadow is switched throug
 admin API between rounds, so both sides are the same server (each "on" round starts once
 the candidate's process has loaded the candidate). Target: live p50 with the
 shadow on <= 1.1x off, 0 failed requests. The shadow's counts (rows scored, dropped by a
-full queue, skipped) are printed after each "on" round.
+full queue, skipped; the fraction of the offered rows scored) are printed after each "on" round.
 
     python scripts/bench_shadow.py [--duration 5] [--rounds 4] [--c 32] [--queue-rows 4096]
 """
@@ -110,6 +110,12 @@ def paced(port: int, rate: float, c: int, args, rng) -> dict:
             "p99_ms": 1e3 * latencies[min(n - 1, int(n * 0.99))], "errors": len(errors)}
 
 
+def _coverage(counts: dict) -> float:
+    """The shadow's rows scored, of all the live rows it was offered (scored, dropped, skipped)."""
+    offered = sum(counts.get(k, 0) for k in ("scored", "dropped", "skipped_broken", "skipped_not_admitted"))
+    return counts["scored"] / max(1, offered)
+
+
 def main() -> None:
     import numpy as np
 
@@ -140,7 +146,7 @@ def main() -> None:
             rate = peak["req_s"] / 2
             print(f"\nhalf of the peak: {rate:.0f} req/s paced over {args.c} connections, {args.rounds} rounds "
                   f"of {args.duration:g} s a side")
-            ratios, failed = [], 0
+            ratios, failed, covered = [], 0, []
             for i in range(args.rounds):
                 got = {}
                 for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
@@ -151,15 +157,18 @@ def main() -> None:
                     if side == "on":
                         counts = admin(port, "DELETE")["counts"]
                 failed += got["on"]["errors"] + got["off"]["errors"]
+                covered.append(_coverage(counts))
                 ratios.append(got["on"]["p50_ms"] / got["off"]["p50_ms"])
                 print(f"  round {i + 1}: p50 {got['on']['p50_ms']:.3f} vs {got['off']['p50_ms']:.3f} ms (on/off "
                       f"{ratios[-1]:.2f})  p99 {got['on']['p99_ms']:.2f} vs {got['off']['p99_ms']:.2f} ms  "
                       f"{got['on']['req_s']:.0f} vs {got['off']['req_s']:.0f} req/s  errors "
                       f"{got['on']['errors']}/{got['off']['errors']}  shadow: scored {counts['scored']}, dropped "
-                      f"{counts['dropped']}, skipped {counts['skipped_broken']}, failed {counts['failed']}",
+                      f"{counts['dropped']}, skipped {counts['skipped_broken']}, failed {counts['failed']}, "
+                      f"not admitted {counts['skipped_not_admitted']}, scored of offered {_coverage(counts):.0%}",
                       flush=True)
             print(f"\nlive p50 shadow on / off: median {statistics.median(ratios):.2f} (target <= 1.1), rounds "
-                  f"meeting it {sum(r <= 1.1 for r in ratios)}/{len(ratios)}; failed requests {failed}")
+                  f"meeting it {sum(r <= 1.1 for r in ratios)}/{len(ratios)}; failed requests {failed}; rows the "
+                  f"shadow scored of those offered: median {statistics.median(covered):.0%}")
         finally:
             stop(proc)
 

@@ -281,8 +281,9 @@ class _ShadowCollector:
         rows = CounterMetricFamily(
             "rlserve_shadow_rows", "Live rows a shadow candidate was offered, by outcome (scored: run; dropped: "
             "its queue was full or it stopped; skipped_broken: a later row of a session broken by a drop, skipped "
-            "until its next episode; failed: a candidate batch raised; unwritten: scores the experience log's "
-            "queue refused)", labels=["model", "version", "candidate", "outcome"])
+            "until its next episode; skipped_not_admitted: a row of an episode that started while the "
+            "queue was above its admission mark; failed: a candidate batch raised; unwritten: scores the "
+            "experience log's queue refused)", labels=["model", "version", "candidate", "outcome"])
         depth = GaugeMetricFamily("rlserve_shadow_queue_rows", "Rows waiting for a shadow candidate",
                                   labels=["model", "version", "candidate"])
         failures = CounterMetricFamily(

@@ -2,10 +2,11 @@
 
 Started by the server for each shadow (``rlserve.service.shadow.process``), never by hand.
 It reads its ``ChildConfig`` (the first message), loads the candidate's bundle itself
-(ONNX Runtime or TorchScript, as the server would), lowers its priority to nice 19 (a
-start at that priority on a busy machine took longer than 30 s), and then runs the
-candidate on the rows the server hands over (``ShadowRunner``), in batches of up to
-``MAX_ROWS`` rows with no session twice. It keeps the candidate's per-session state
+(ONNX Runtime or TorchScript, as the server would), lowers its priority (``lower_priority``:
+every thread of it to ``SCHED_IDLE`` where the system has it, and nice 19; a start at that
+priority on a busy machine took longer than 30 s), and then runs the candidate on the rows
+the server hands over (``ShadowRunner``), in batches of up to ``MAX_ROWS`` rows with no
+session twice, one batch after the other while rows wait. It keeps the candidate's per-session state
 (and writes it to the session store when the server has one), writes the scores of logged
 steps to the experience log's ``shadow/`` table with a writer of its own, and publishes its
 counts after each batch.
@@ -37,7 +38,7 @@ from rlserve.service.experience.writer import ExperienceWriter
 from rlserve.service.serving.loading import build_policy
 from rlserve.service.settings import Settings
 from rlserve.service.shadow.durable import DurableShadowState
-from rlserve.service.shadow.process import MAX_MESSAGE, NICE, SEND_BUFFER, Counters
+from rlserve.service.shadow.process import MAX_MESSAGE, SEND_BUFFER, Counters, lower_priority
 from rlserve.service.shadow.queue import ShadowQueue
 from rlserve.service.shadow.rows import RowBatch
 from rlserve.service.shadow.runner import MAX_ROWS, ShadowRunner
@@ -45,7 +46,7 @@ from rlserve.service.shadow.runner import MAX_ROWS, ShadowRunner
 log = logging.getLogger("rlserve.shadow")
 
 POLL_S = 0.05  # how long it waits for rows when it holds none
-GATHER_S = 0.02  # after a batch short of MAX_ROWS: rows gather meanwhile, so batches grow
+GATHER_S = 0.02  # after a batch that left no row waiting: rows gather meanwhile, so batches grow
 RECEIVE_BYTES = 2 * SEND_BUFFER  # the largest message it reads (the kernel doubles the buffer asked for)
 
 
@@ -77,9 +78,9 @@ def main(argv: list[str]) -> int:
         except OSError:  # the server is gone already
             pass
         return 1
-    os.nice(NICE)
+    policy = lower_priority()
     counters.set(ready=1)
-    log.info("shadow %s on %s: running (pid %d, nice %d)", config.label, config.live, os.getpid(),
+    log.info("shadow %s on %s: running (pid %d, %s, nice %d)", config.label, config.live, os.getpid(), policy,
              os.getpriority(os.PRIO_PROCESS, 0))
     try:
         _serve(channel, runner, counters, stopping, writer)
@@ -135,7 +136,7 @@ def _serve(channel: socket.socket, runner: ShadowRunner, counters: Counters, sto
             counters.set(taken=counts.taken)  # last: the server reads a taken row's outcome as counted
         elif not open_:
             return
-        if len(rows) < MAX_ROWS and open_:
+        if open_ and not len(queue):  # nothing waits: rows gather meanwhile, so batches grow
             time.sleep(GATHER_S)
 
 

@@ -26,6 +26,12 @@ log = logging.getLogger("rlserve.shadow")
 SPACES = ("observation_space", "action_space")
 
 
+def admission_mark(queue_rows: int) -> int:
+    """Rows waiting below which a new episode is admitted to the shadow: half the queue (the
+    other half is the admitted episodes' room), at least 1."""
+    return max(1, queue_rows // 2)
+
+
 class ShadowControl:
     """The shadows of one registry, by live model name (stopped ones stay until replaced or deleted)."""
 
@@ -54,7 +60,7 @@ class ShadowControl:
         config = ChildConfig(candidate.bundle.root, label, live_label, settings, self._model_log(live),
                              None if store is None else namespace(settings.session_store_prefix, live_label, label))
         process = CandidateProcess(shadow_child.__name__, config)
-        shadow = Shadow(live_label, label, ShadowQueue(queue_rows), process,
+        shadow = Shadow(live_label, label, ShadowQueue(queue_rows, admit_below=admission_mark(queue_rows)), process,
                         state_store="this process" if store is None else "external")
         # The raw observations (a candidate may preprocess them its own way) are kept
         # on the step, as the experience log keeps them.

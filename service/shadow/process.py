@@ -3,8 +3,14 @@
 The server starts one process per shadow (``CandidateProcess``: ``python -m <module>``,
 the module being ``rlserve.service.serving.shadow_child``), so the candidate's Python never
 holds the server's interpreter lock: the live loop gives up nothing but the CPU the
-process, at the lowest priority (nice 19), takes when the live loop leaves it.
+process, at the lowest priority, takes when the live loop leaves it.
 
+- **Its priority**, once it loaded the candidate, is the lowest (``lower_priority``): every
+  thread of it under ``SCHED_IDLE`` where the system has it (the live server preempts it as
+  soon as it wakes; it runs only on CPU time nothing else wants) and at nice 19 (all that is
+  left where ``SCHED_IDLE`` is not). A stop gives it back an ordinary policy at nice 19
+  (``SCHED_OTHER``, allowed without privilege), so that on a busy machine it gets a share
+  to finish its batch and write its log before ``STOP_S``.
 - **Rows** cross a ``SOCK_SEQPACKET`` Unix socket pair: one message per live batch, its
   ``RowBatch`` (columns) pickled. The
   server's end never blocks: a message the socket has no room for is refused and its rows
@@ -46,6 +52,45 @@ NICE = 19
 SEND_BUFFER = 4 << 20  # bytes of rows the socket may hold (asked; the kernel may give less)
 MAX_MESSAGE = 1 << 16  # the largest message back (why the process failed)
 STOP_S = 30.0  # how long a stopping process may take to finish its batch and write its log
+
+
+def lower_priority(pid: int = 0) -> str:
+    """Every thread of process ``pid`` (0: this one) to the lowest priority: ``SCHED_IDLE``
+    where the system has it, and nice ``NICE`` (nice is per thread on Linux). The policy it got."""
+    policy = "SCHED_OTHER"
+    for thread in _threads(pid):
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, NICE)
+        except OSError:  # the thread ended meanwhile
+            pass
+        if hasattr(os, "SCHED_IDLE"):
+            try:
+                os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+                policy = "SCHED_IDLE"
+            except OSError:  # not allowed here (a container's seccomp profile), or the thread ended
+                pass
+    return policy
+
+
+def stopping_priority(pid: int) -> None:
+    """Process ``pid``'s threads back from ``SCHED_IDLE`` to an ordinary policy at nice ``NICE``."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return
+    for thread in _threads(pid):
+        try:
+            if os.sched_getscheduler(thread) == os.SCHED_IDLE:
+                os.sched_setscheduler(thread, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:  # the thread or the process ended, or not allowed
+            pass
+
+
+def _threads(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` (0: this one); the process id alone where
+    ``/proc`` does not list them."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid or 'self'}/task")]
+    except OSError:
+        return [pid]
 
 
 class Counters:
@@ -129,6 +174,7 @@ class CandidateProcess:
         self.closed = True
         self._socket.close()
         if self.proc.poll() is None:
+            stopping_priority(self.proc.pid)
             try:
                 self.proc.send_signal(signal.SIGTERM)
             except ProcessLookupError:

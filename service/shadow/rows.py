@@ -6,15 +6,15 @@ action actually taken: it becomes the candidate's previous action), the reward a
 reported previous action that came with the row, the episode start and end, and the
 experience log's event id of the step (None where the step is not logged).
 
-The live side builds one ``RowBatch`` per live batch (``batch_rows``): columns, not an
-object per row, with the actions as the batch's own arrays; that is what is pickled and
+The live side builds one ``RowBatch`` per hand-over (``batch_rows``, from every live batch
+kept since the last, with the sessions' step counts ``session_steps`` took when each batch's
+answers stood): columns, not an object per row, with the actions as the batch's own arrays; that is what is pickled and
 sent (few objects: a per-row object with its own small arrays cost ~10 us a row to pickle,
 measured). The candidate's process turns it into ``ShadowRow``s (``RowBatch.rows``).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
@@ -122,20 +122,28 @@ def _stack(rows: list[np.ndarray | None], dtype: Any, fill: Any) -> Packed | Non
     return _pack(out)
 
 
-def batch_rows(steps: list[Any], results: list[Any]) -> RowBatch:
-    """The rows of ``steps`` (each with its ``StepOutput``) for the shadow."""
-    batch = RowBatch([], [], [], None, [], [], [], [], [], [], [], time.time())
+def session_steps(steps: list[Any]) -> list[list[int] | None]:
+    """Per step, its session rows' step counts now (None: a step without sessions): what
+    ``batch_rows`` reads when it runs later, after the sessions may have stepped again."""
+    return [[0 if s is None else s.steps for s in step.sessions] if step.has_sessions else None for step in steps]
+
+
+def batch_rows(steps: list[Any], results: list[Any], counts: list[list[int] | None], now: float) -> RowBatch:
+    """The rows of ``steps`` (each with its ``StepOutput`` and its ``session_steps``, taken
+    when its answer stood at ``now``) for the shadow."""
+    batch = RowBatch([], [], [], None, [], [], [], [], [], [], [], now)
     pieces = []
-    for step, output in zip(steps, results, strict=True):
+    for step, output, steps_now in zip(steps, results, counts, strict=True):
         pieces.append(tree_slice(output.batch.actions, output.start, output.start + step.rows))
         event_ids = step.event_ids
         for offset in range(step.rows):
-            session = step.sessions[offset] if step.has_sessions else None
+            session = step.sessions[offset] if steps_now is not None else None
+            count = 0 if session is None else steps_now[offset]  # type: ignore[index]
             reported = None if step.prev_actions is None else step.prev_actions[offset]
             # An episode's first step: a reset, or a session's first step (one created by the
             # sessions route starts from its initial state without one); the batch already counted it.
             batch.sessions.append(None if session is None else session.id)
-            batch.reset.append(bool(step.reset[offset]) or (session is not None and session.steps == 1))
+            batch.reset.append(bool(step.reset[offset]) or (session is not None and count == 1))
             batch.obs.append(observation(step, offset))
             batch.rewards.append(step.rewards[offset])
             batch.reported.append(None if reported is None or np.isnan(reported[0]) else reported)
@@ -143,6 +151,6 @@ def batch_rows(steps: list[Any], results: list[Any]) -> RowBatch:
             batch.explore.append(step.explore)
             batch.ends.append(0 if step.ends is None else int(step.ends[offset]))
             batch.event_ids.append(None if event_ids is None else event_ids[offset])
-            batch.steps.append(0 if session is None else session.steps)
+            batch.steps.append(count)
     batch.actions = pieces[0] if len(pieces) == 1 else tree_map(lambda *leaves: np.concatenate(leaves), *pieces)
     return batch

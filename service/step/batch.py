@@ -41,7 +41,7 @@ class Recorder(Protocol):
 
 class ShadowFeed(Protocol):
     """What the batch step feeds a shadow candidate (``rlserve.service.shadow``): the steps
-    whose answers stand, with their ``StepOutput``s; it only queues them."""
+    whose answers stand, with their ``StepOutput``s; it only keeps them for a later hand-over."""
 
     def offer(self, steps: list[Step], results: list[StepOutput]) -> None: ...
 

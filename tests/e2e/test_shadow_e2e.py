@@ -9,12 +9,17 @@ module; the tests run in order:
   equals the candidate's own answer stepped through the same episode over HTTP, fed the
   live actions as ``prev_action``: an independent path; its own action is there too;
 - the live answers are bit-identical with the shadow on and off;
+- with the candidate's process stopped (SIGSTOP: nothing is taken), an episode that starts
+  above the admission mark (half the queue) is not admitted and its rows are skipped, while
+  the admitted episodes go on up to the queue's size; once it runs again it scores them;
 - a one-row queue under load drops rows and counts them, no live request fails;
 - unloading the candidate stops the shadow; the live version keeps answering.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -136,8 +141,8 @@ def test_the_shadow_scores_every_taken_action_as_the_candidate_does(served):
     episodes = _play(client, "live")
     rows = SESSIONS * STEPS
     counts = wait_for(lambda: (c := _shadow(client)["counts"])["scored"] >= rows and c, show=lambda: _shadow(client))
-    assert counts == {"scored": rows, "dropped": 0, "skipped_broken": 0, "failed": 0, "unwritten": 0,
-                      "store_failures": 0}
+    assert counts == {"scored": rows, "dropped": 0, "skipped_broken": 0, "skipped_not_admitted": 0, "failed": 0,
+                      "unwritten": 0, "store_failures": 0}
     reference = _reference(client, episodes)
     assert len(reference) == SESSIONS * (STEPS - 1)  # the terminated row is no step of the episode
 
@@ -187,6 +192,31 @@ def test_live_answers_are_the_same_with_the_shadow_on_and_off(served):
     assert [answer(e) for e in on] == [answer(e) for e in off]
 
 
+def test_an_episode_starting_above_the_admission_mark_is_skipped_and_admitted_ones_keep_their_room(served):
+    client, _, _ = served
+    started = _put(client, {"candidate": {"model": "lstm", "version": "2"}, "version": "1", "queue_rows": 4})
+    assert started.status_code == 200 and started.json()["admit_below_rows"] == 2
+    shadow = wait_for(lambda: (s := _shadow(client))["state"] == "running" and s, show=lambda: _shadow(client))
+    rng = np.random.default_rng(7)
+    # (session, starts an episode): with nothing taken, rows wait in the order sent
+    plan = [("a", True), ("b", True), ("c", True),  # c starts with 2 rows waiting: not admitted
+            ("a", False), ("c", False), ("b", False),  # a and b go on above the mark (4 rows wait)
+            ("a", False), ("a", False), ("b", False)]  # past the queue's size: a dropped, then skipped; b dropped
+    os.kill(shadow["process_id"], signal.SIGSTOP)
+    try:
+        for sid, start in plan:
+            body = {"observation": _obs(rng), "session_id": f"admit-{sid}", "episode_start": start}
+            assert client.post("/v1/models/lstm/versions/1/act", json=body).status_code == 200
+        waiting = wait_for(lambda: (s := _shadow(client))["queue_depth"] == 4 and s, show=lambda: _shadow(client))
+    finally:
+        os.kill(shadow["process_id"], signal.SIGCONT)
+    assert waiting["counts"]["skipped_not_admitted"] == 2
+    counts = wait_for(lambda: (c := _shadow(client)["counts"])["scored"] == 4 and c, show=lambda: _shadow(client))
+    assert (counts["dropped"], counts["skipped_broken"], counts["skipped_not_admitted"]) == (2, 1, 2)
+    metrics = client.get("/metrics").text
+    assert 'outcome="skipped_not_admitted",version="1"} 2.0' in metrics
+
+
 def test_a_tiny_queue_under_load_drops_and_counts_and_no_live_request_fails(served):
     client, _, _ = served
     assert _put(client, {"candidate": {"model": "lstm", "version": "2"}, "version": "1",
@@ -211,7 +241,8 @@ def test_a_tiny_queue_under_load_drops_and_counts_and_no_live_request_fails(serv
 
     def accounted() -> dict | None:  # every handed row scored, dropped or skipped (a row may still be in the child)
         counts = _shadow(client)["counts"]
-        return counts if counts["scored"] + counts["dropped"] + counts["skipped_broken"] == handed else None
+        skipped = counts["skipped_broken"] + counts["skipped_not_admitted"]
+        return counts if counts["scored"] + counts["dropped"] + skipped == handed else None
 
     counts = wait_for(accounted, show=lambda: (handed, _shadow(client)))
     assert counts["dropped"] > 0

@@ -90,7 +90,9 @@ def test_a_killed_candidate_process_is_counted_and_no_live_request_fails(served)
     assert client.put("/v1/admin/models/lstm/shadow", json=SHADOW, headers=ADMIN).status_code == 200
     assert _steps(client, "before-kill", 5) == [200] * 5
     wait_for(lambda: _shadow(client)["counts"]["scored"] == 5, show=lambda: _shadow(client))
-    os.kill(_shadow(client)["process_id"], signal.SIGKILL)
+    pid = _shadow(client)["process_id"]
+    assert {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{pid}/task")} == {os.SCHED_IDLE}
+    os.kill(pid, signal.SIGKILL)
     assert _steps(client, "after-kill", 20) == [200] * 20
     shadow = wait_for(lambda: (s := _shadow(client))["state"] == "stopped" and s, show=lambda: _shadow(client))
     assert shadow["stopped_because"] == f"candidate process failed: exit status {-signal.SIGKILL}"

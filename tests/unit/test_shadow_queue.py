@@ -65,3 +65,44 @@ def test_a_closed_queue_drops_what_it_held_and_what_comes():
 def test_a_queue_holds_at_least_one_row():
     with pytest.raises(ValueError, match="at least 1"):
         ShadowQueue(0)
+
+
+def test_an_episode_starting_above_the_admission_mark_is_not_admitted_until_its_next_start():
+    queue = ShadowQueue(4, admit_below=2)
+    queue.offer([_row("a", reset=True), _row("b", reset=True), _row("c", reset=True)])  # c: 2 rows wait
+    queue.offer([_row("a"), _row("c"), _row("b")])  # admitted episodes go on above the mark; c's rows skipped
+    assert [r.session_id for r in queue._rows] == ["a", "b", "a", "b"]
+    counts = queue.counts
+    assert (counts.not_admitted, counts.dropped, counts.skipped) == (2, 0, 0)
+    queue.offer([_row("a")])  # past the capacity: dropped, the admitted episode broken
+    assert (counts.dropped, counts.skipped) == (1, 0)
+    queue.take(10)
+    queue.take(10)
+    queue.offer([_row("c"), _row("c", reset=True), _row("c"), _row("a")])  # c's next episode finds room
+    assert [r.session_id for r in queue.take(10)] == ["c"]
+    assert (counts.not_admitted, counts.skipped) == (3, 1)
+    assert [r.session_id for r in queue.take(10)] == ["c"]
+
+
+def test_stateless_rows_are_admitted_only_below_the_mark_and_a_one_row_episode_marks_nothing():
+    queue = ShadowQueue(3, admit_below=1)
+    queue.offer([_row(None), _row(None), _row("a", reset=True, end=1)])
+    assert len(queue) == 1 and queue.counts.not_admitted == 2
+    queue.take(10)
+    queue.offer([_row("a", reset=True), _row("a")])  # a's last episode was refused: its next start is admitted
+    assert [r.session_id for r in queue.take(10)] == ["a"]
+
+
+def test_a_batch_takes_every_waiting_session_past_a_repeated_one():
+    queue = ShadowQueue(10)
+    queue.offer([_row("a", reset=True), _row("a"), _row("b", reset=True), _row("a"), _row(None), _row("b")])
+    assert [r.session_id for r in queue.take(10)] == ["a", "b", None]
+    assert [r.session_id for r in queue.take(10)] == ["a", "b"]
+    assert [r.session_id for r in queue.take(10)] == ["a"]
+
+
+def test_rows_refused_by_a_closed_queue_are_counted_as_dropped():
+    queue = ShadowQueue(10)
+    queue.close()
+    queue.refuse(3)
+    assert (queue.counts.offered, queue.counts.dropped) == (3, 3)
