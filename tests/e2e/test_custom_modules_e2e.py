@@ -38,7 +38,7 @@ from newstack_cases import (
 )
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
 from server_process import ServerProcess, running_server
-from traced_exports import export_traced, rlserve_in_ray_env
+from traced_exports import export_traced_all, rlserve_in_ray_env
 
 from rlserve.models.export.bundle import load_bundle
 
@@ -81,8 +81,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not _pairs():
         pytest.fail(f"no custom-module cases found: set RLSERVE_CUSTOM_MODULES_DIR (looked in {custom_modules_dir()})")
     repo = tmp_path_factory.mktemp("traced-repository")
-    for case_id, module_id in _pairs():
-        export_traced(load_case(case_id), module_id, repo / _name(case_id, module_id))
+    export_traced_all([(load_case(case_id), module_id, repo / _name(case_id, module_id))
+                       for case_id, module_id in _pairs()])
     return repo
 
 
