@@ -34,7 +34,7 @@ from rlserve.service.multiagent.wire import AgentsActRequest, AgentStep
 from rlserve.service.sessions.base import SessionMiss
 from rlserve.service.sessions.episode_store import validate_episode_id
 from rlserve.service.stream import frames
-from rlserve.service.stream.connection import Outlet, Step, StreamConnection, StreamLimits, StreamOptions
+from rlserve.service.stream.connection import Outlet, Step, StreamConnection, StreamLimits, StreamOptions, noted
 
 log = logging.getLogger("rlserve.stream")
 
@@ -126,15 +126,11 @@ class AgentsStreamConnection(StreamConnection):
     def _step(self, step: Step, message: Any, started: float) -> None:
         request = self._agents_request(message)
         encode = functools.partial(_answer, step)
-        token = None if step.note is None else current_note.set(step.note)
         try:
-            plan = self.agents.accept_nowait(self.name, request, started, encode, AGENTS.label)
+            plan = noted(step.note, self.agents.accept_nowait, self.name, request, started, encode, AGENTS.label)
         except SessionMiss as miss:  # the episode or a member's session is in the store: read in order
             self._hold(step, message, self._submit_loaded_plan(miss, step, request, started))
             return
-        finally:
-            if token is not None:
-                current_note.reset(token)
         self.agents.submit(plan, step.reply)
         self._taken(message)
 

@@ -34,7 +34,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -254,12 +254,7 @@ class StreamConnection:
         self.seed = None
 
     def _accept(self, request: ActRequest, started: float, note: Any) -> Accepted:
-        token = None if note is None else current_note.set(note)
-        try:
-            return self.service.accept(self.name, self.options.version, request, started)
-        finally:
-            if token is not None:
-                current_note.reset(token)
+        return noted(note, self.service.accept, self.name, self.options.version, request, started)
 
     async def _submit_loaded(self, miss: SessionMiss, step: Step, request: ActRequest, started: float) -> None:
         accepted = await after_loading(miss, functools.partial(self._accept, request, started, step.note))
@@ -361,3 +356,14 @@ class StreamConnection:
         """What ``end`` ends: the stream's session."""
         sessions = self.service.registry.entry(self.name).sessions
         await sessions.close(await sessions.lookup(self.options.session_id))
+
+
+def noted(note: Any, accept: Callable[..., Any], *args: Any) -> Any:
+    """``accept(*args)`` with the access log's ``note`` current (where the use case notes the
+    request's rows), as the HTTP act protocol sets it around its requests."""
+    token = None if note is None else current_note.set(note)
+    try:
+        return accept(*args)
+    finally:
+        if token is not None:
+            current_note.reset(token)

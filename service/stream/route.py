@@ -86,7 +86,6 @@ class StreamRoute:
         self.limits = limits
         self.openpi_model = openpi_model  # "/" speaks openpi for this model
         self.agents = agents  # serves policy sets' streams
-        self.open = 0
         self.kinds = dict.fromkeys(KINDS, 0)  # open connections by kind
 
     def match(self, scope: dict[str, Any]) -> Upgrade | None:
@@ -131,7 +130,6 @@ class StreamRoute:
                 outlet: Outlet) -> tuple[StreamConnection, dict[str, Any] | None]:
         """The stream's connection (counted in ``open`` and ``kinds`` until ``closed``), and
         the frame to send first (openpi's metadata)."""
-        self.open += 1
         self.kinds[match.kind] += 1
         if self.agents is not None and match.agents:
             return AgentsStreamConnection(self.agents, self.metrics, self.access, match.name, options, self.limits,
@@ -147,7 +145,6 @@ class StreamRoute:
                                 dialect), first
 
     def closed(self, match: Upgrade) -> None:
-        self.open -= 1
         self.kinds[match.kind] -= 1
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any, match: Upgrade) -> None:
@@ -169,6 +166,11 @@ class StreamRoute:
             await asgi.run(connection, outlet, receive, send)
         finally:
             self.closed(match)
+
+    @property
+    def open(self) -> int:
+        """The connections held, of every kind."""
+        return sum(self.kinds.values())
 
     def open_by_kind(self) -> list[tuple[str, int]]:
         """(kind, open connections) per kind of stream, for ``rlserve_streams_open``."""
