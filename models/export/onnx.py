@@ -2,10 +2,11 @@
 
 Why dynamo and not ``dynamo=False``: in torch 2.13 the TorchScript-based exporter is the
 deprecated path (it warns on every call) and the torch.export-based one is the default and
-the maintained one; it needs ``onnxscript``. It is slower (about a second per model, the
-legacy one a tenth of that) but exports at a fixed opset with a symbolic batch dimension
-shared by every input and output, which torch.export checks while tracing: a model that
-silently bakes the batch size into its graph fails at export time, not in production.
+the maintained one; it needs ``onnxscript``. It is slower (about a second per small model once
+torchlib's table is built, see ``torchlib_registry.py``; the legacy one a tenth of that) but
+exports at a fixed opset with a symbolic batch dimension shared by every input and output,
+which torch.export checks while tracing: a model that silently bakes the batch size into its
+graph fails at export time, not in production.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlserve.models.export.torchlib_registry import install as install_torchlib_registry
 from rlserve.models.interface import ModelSignature
 
 OPSET = 18  # LayerNorm needs >= 17; 18 is supported by every onnxruntime >= 1.14.
@@ -38,6 +40,7 @@ def export_onnx(
     ``example_inputs`` must have a batch size > 1 (torch.export specialises sizes 0 and 1).
     """
     dynamic = batch_dynamic_shapes(model, len(example_inputs))
+    install_torchlib_registry()  # the exporter's translation table is built once per process
     with _quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
             model,
