@@ -43,6 +43,7 @@ TORCH_SIDE = (
     "models/networks/*.py",
     "models/export/exporter.py",
     "models/export/onnx.py",
+    "models/export/torchlib_registry.py",
     "models/export/torchscript.py",
     "service/*runtime/torchscript.py",
     # Reading msgpack checkpoints is part of exporting them (`rlserve export CHECKPOINT`).
