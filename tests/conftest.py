@@ -11,6 +11,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
+from cpu_log import measured  # noqa: E402
 from oracle import case_names, load_case, oracle_dirs_text  # noqa: E402
 
 
@@ -25,6 +26,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from xdist_units import files_and_conformance
 
     return files_and_conformance(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With RLSERVE_TEST_CPU_LOG set, each test's CPU (its worker's and its processes') is
+    appended there (``cpu_log.py``)."""
+    yield from measured(item.nodeid)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
