@@ -52,7 +52,20 @@ def packer(space: Any) -> Callable[[Any], Any]:
         return lambda value: _raw(value, dtype)
     if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
         return lambda value: _raw(value, np.dtype(np.int64))
-    return lambda value: value
+    return as_is
+
+
+def as_is(value: Any) -> Any:
+    """The packer of a value kept as it came (a JSON value)."""
+    return value
+
+
+def plain_row_bytes(space: Any) -> int:
+    """The bytes of a flat float32 Box observation (what ``packer`` keeps of a list of its
+    floats), 0 for other spaces: the recorder slices such rows out of the batch's own array."""
+    if isinstance(space, gs.Box) and np.dtype(space.dtype) == np.float32 and len(space.shape) == 1:
+        return 4 * int(space.shape[0])
+    return 0
 
 
 def _raw(value: Any, dtype: np.dtype) -> bytes:
