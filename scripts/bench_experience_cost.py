@@ -19,6 +19,7 @@ so the recorder runs exactly as on the act path. Per batch it times
   the candidate's process), its thread CPU likewise.
 
     python scripts/bench_experience_cost.py [--steps 20000] [--concurrency 16] [--episode 100] [--repeat 3]
+        [--rate 3000]
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     from rlserve.service.settings import Settings
 
     settings = Settings()
-    experience = ExperienceLog(log_dir)
+    # The writers' clock is the steps' own: ``--rate`` steps a second, however fast this loop
+    # runs, so each file holds the rows of a second of that rate (as a server's do) whether
+    # the machine is busy or not.
+    clock = [0.0]
+    experience = ExperienceLog(log_dir, clock=lambda: clock[0])
     registry = ModelRegistry(settings, None, experience=experience)
     policy = registry.load_policy(repo / "lstm")
     registry.add(policy)
@@ -95,7 +100,7 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     policy.step.recorder = timed
     model = experience.model_log("lstm")
     assert isinstance(model, ModelLog)
-    shadow_writer = ExperienceWriter(log_dir, source="shadow")
+    shadow_writer = ExperienceWriter(log_dir, source="shadow", clock=lambda: clock[0])
     service = ActService(registry)
 
     c = args.concurrency
@@ -119,6 +124,7 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     logged = 0
     for b in range(batches):
         t = b % (args.episode + 1)
+        clock[0] += c / args.rate
         accepted = [service.accept("lstm", None, bodies[k][t], 0.0) for k in range(c)]
         steps = [a.step for a in accepted]
         policy.step.run(steps)
@@ -137,9 +143,10 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     writer_cpu = thread_cpu(writer_thread) - writer0
     shadow_writer_cpu = thread_cpu(shadow_thread) - shadow0
     rows_written = experience.writer.written.get("columns", 0)
+    files = len(list(log_dir.glob("lstm/columns/*.parquet")))
     experience.close()
     shadow_writer.close()
-    return {"steps": batches * c, "logged": logged, "written": rows_written,
+    return {"steps": batches * c, "logged": logged, "written": rows_written, "files": files,
             "loop_us": 1e6 * timed.cpu / logged, "writer_us": 1e6 * writer_cpu / logged,
             "shadow_build_us": 1e6 * shadow_cpu / logged, "shadow_writer_us": 1e6 * shadow_writer_cpu / logged}
 
@@ -152,6 +159,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="sessions: requests per batch")
     parser.add_argument("--episode", type=int, default=100, help="steps per episode")
     parser.add_argument("--repeat", type=int, default=3, help="runs (the median is printed)")
+    parser.add_argument("--rate", type=float, default=3000.0,
+                        help="steps a second of the writers' clock (a file a second: its rows)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()} {cpu_model()} cpus={os.cpu_count()} "
@@ -163,8 +172,9 @@ def main() -> None:
         for i in range(args.repeat):
             results.append(run(Path(tmp) / "repo", Path(tmp) / f"log{i}", args, rng))
     first = results[0]
-    print(f"lstm session steps, c={args.concurrency} a batch, episodes of {args.episode}: {first['steps']} steps, "
-          f"{first['logged']} logged, {first['written']} transitions written (per run; {args.repeat} runs)")
+    print(f"lstm session steps, c={args.concurrency} a batch, episodes of {args.episode}, {args.rate:g} steps/s of "
+          f"the writers' clock: {first['steps']} steps, {first['logged']} logged, {first['written']} transitions "
+          f"written in {first['files']} files (per run; {args.repeat} runs)")
     for key, what in (("loop_us", "event loop: Recorder.record + emit"),
                       ("writer_us", "writer thread (columns + episodes)"),
                       ("shadow_build_us", "shadow scores built (candidate's process)"),
