@@ -25,12 +25,14 @@ so the recorder runs exactly as on the act path. Per batch it times
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -53,6 +55,22 @@ def cpu_model() -> str:
 def thread_cpu(thread) -> float:
     """CPU seconds ``thread`` (a running ``threading.Thread``) used so far."""
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+class Collections:
+    """Thread CPU of the garbage collector's passes, per thread name (``gc.callbacks``)."""
+
+    def __init__(self):
+        self.cpu: dict[str, float] = {}
+        self._started: dict[int, float] = {}
+
+    def __call__(self, phase, info):
+        ident = threading.get_ident()
+        if phase == "start":
+            self._started[ident] = time.thread_time()
+        elif ident in self._started:
+            name = threading.current_thread().name
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.thread_time() - self._started.pop(ident)
 
 
 class Timed:
@@ -84,6 +102,7 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     from rlserve.service.experience.log import ExperienceLog
     from rlserve.service.experience.records import ModelLog, ShadowScore, packer
     from rlserve.service.experience.writer import ExperienceWriter
+    from rlserve.service.server import settle_heap
     from rlserve.service.serving.registry import ModelRegistry
     from rlserve.service.settings import Settings
 
@@ -114,6 +133,9 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
         return json.dumps({"observation": rows[(k + t) % 8], "session_id": ids[k], **extra}).encode()
 
     bodies = [[decode_request(body(k, t)) for t in range(args.episode + 1)] for k in range(c)]
+    settle_heap()  # the garbage collector as `rlserve serve` sets it once the models are loaded
+    collections = Collections()
+    gc.callbacks.append(collections)
     batches = args.steps // c
     shadow_cpu = 0.0
     label = "lstm@1"
@@ -140,6 +162,7 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
         shadow_cpu += time.thread_time() - t0
     experience.writer.flush()
     shadow_writer.flush()
+    gc.callbacks.remove(collections)
     writer_cpu = thread_cpu(writer_thread) - writer0
     shadow_writer_cpu = thread_cpu(shadow_thread) - shadow0
     rows_written = experience.writer.written.get("columns", 0)
@@ -148,7 +171,9 @@ def run(repo: Path, log_dir: Path, args, rng) -> dict[str, float]:
     shadow_writer.close()
     return {"steps": batches * c, "logged": logged, "written": rows_written, "files": files,
             "loop_us": 1e6 * timed.cpu / logged, "writer_us": 1e6 * writer_cpu / logged,
-            "shadow_build_us": 1e6 * shadow_cpu / logged, "shadow_writer_us": 1e6 * shadow_writer_cpu / logged}
+            "shadow_build_us": 1e6 * shadow_cpu / logged, "shadow_writer_us": 1e6 * shadow_writer_cpu / logged,
+            "gc_loop_us": 1e6 * collections.cpu.get("MainThread", 0.0) / logged,
+            "gc_writer_us": 1e6 * collections.cpu.get("experience-writer", 0.0) / logged}
 
 
 def main() -> None:
@@ -178,7 +203,9 @@ def main() -> None:
     for key, what in (("loop_us", "event loop: Recorder.record + emit"),
                       ("writer_us", "writer thread (columns + episodes)"),
                       ("shadow_build_us", "shadow scores built (candidate's process)"),
-                      ("shadow_writer_us", "shadow writer thread (shadow/ table)")):
+                      ("shadow_writer_us", "shadow writer thread (shadow/ table)"),
+                      ("gc_loop_us", "garbage collection, main thread (all of it)"),
+                      ("gc_writer_us", "garbage collection, writer threads")):
         values = [r[key] for r in results]
         print(f"  {what:45s} {statistics.median(values):6.2f} us CPU per logged step  "
               f"(runs: {', '.join(f'{v:.2f}' for v in values)})")
