@@ -129,6 +129,8 @@ class Fields:
         self.explore = [s.explore for s in steps]
         self.version = [s.version for s in steps]
         self.time = [s.time for s in steps]
-        self.env_action = [s.action if s.env_action is None else s.env_action for s in steps]
+        env_action = [s.env_action for s in steps]  # None: as ``action`` (no unsquash or clip)
+        self.env_action = self.action if env_action.count(None) == len(env_action) else [
+            a if e is None else e for a, e in zip(self.action, env_action, strict=True)]
         self.agent_id = [s.agent_id for s in steps]
         self.module_id = [s.module_id for s in steps]

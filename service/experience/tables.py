@@ -60,6 +60,7 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
         _repeat(model.name, n), _strings(f.version), pa.array(f.event_id, pa.string()),
         pa.array(np.array(f.time, np.float64)), _nullable(np.array(f.value, np.float64)), explore,
     ], fields=list(INFOS))
+    actions = space_columns.arrow_array(action_space, f.action)
     columns = {
         "eps_id": pa.array(f.eps_id, pa.string()),
         # Null for a single agent (as RLlib writes single-agent episodes); a policy set's
@@ -68,13 +69,14 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
         "module_id": _strings(f.module_id),
         "t": pa.array(np.array(f.t, np.int64)),
         "obs": space_columns.arrow_array(obs_space, f.obs),
-        "actions": space_columns.arrow_array(action_space, f.action),
+        "actions": actions,
         "rewards": pa.array(np.array(f.reward, np.float64)),
         "new_obs": space_columns.arrow_array(obs_space, f.next_obs),
         "terminateds": pa.array(ends == TERMINATED),
         "truncateds": pa.array(ends == TRUNCATED),
         "action_logp": pa.array(np.array(f.logp, np.float32)),
-        "actions_for_env": space_columns.arrow_array(action_space, f.env_action),
+        "actions_for_env": actions if f.env_action is f.action else space_columns.arrow_array(action_space,
+                                                                                             f.env_action),
         "explore": explore,
         "infos": infos,
     }
