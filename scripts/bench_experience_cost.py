@@ -83,7 +83,8 @@ class Timed:
 
     def record(self, steps, results, *, emit, **batch):
         for result in results[:1]:  # the answers' JSON lists, made once per batch: not the log's cost
-            result.batch.actions_json, result.batch.logp
+            made = result.batch.actions_json, result.batch.logp
+            assert made
         t0 = time.thread_time()
         self.recorder.record(steps, results, emit=emit, **batch)
         self.cpu += time.thread_time() - t0
