@@ -19,6 +19,8 @@ joins segments by without decoding ``item``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -143,7 +145,7 @@ def shadow_table(model: ModelLog, scores: list[ShadowScore]) -> pa.Table:
     }, schema=shadow_schema(model))
 
 
-def _strings(values: list[str | None]) -> pa.Array:
+def _strings(values: Sequence[str | None]) -> pa.Array:
     """A string column; one value repeated (a version, a candidate; None for a single agent's
     ``agent_id``) is made without converting each row's."""
     if values and values.count(values[0]) == len(values):
