@@ -1,9 +1,9 @@
 """The experience log's CPU per recorded step, in process (not a test: it prints numbers).
 
-What ``bench_experience.py --model lstm --shadow-both`` measures over HTTP, without HTTP,
-the load generator or the other work of a shared machine in the way: thread CPU time
-(``time.thread_time``, and the writer threads' own CPU clocks), not wall time, so another
-process on the same cores changes little.
+What ``bench_experience.py --model lstm --shadow-both`` measures over HTTP, without HTTP
+or the load generator in the way: thread CPU time (``time.thread_time``, and the writer
+threads' own CPU clocks), not wall time, which other processes on the same cores move much
+less (a busy machine still inflates it by a third or so: compare runs made side by side).
 
 The bench LSTM bundle (``bench_server.build_bundles``) in a ``ModelRegistry`` with the
 log on, as the server builds it; ``--concurrency`` sessions each play episodes of
@@ -15,8 +15,13 @@ so the recorder runs exactly as on the act path. Per batch it times
 - the event loop's side: ``Recorder.record`` (and ``emit``), what a request waits on;
 - the server's writer thread: its thread CPU over the run (columns and episodes forms);
 - the shadow's columns: a candidate's ``ShadowScore`` per logged step as its runner
-  builds them (``ShadowRunner._write``), offered to a writer of its own (in the server,
-  the candidate's process), its thread CPU likewise.
+  builds them (``ShadowRunner._write``; here with a fixed logp, action and 4 dist inputs),
+  offered to a writer of its own (in the server, the candidate's process), its thread CPU
+  likewise.
+
+The writers run on a clock of the steps' own (``--rate`` steps a second), so each file holds
+a second's rows at that rate whatever the machine's speed, and the garbage collector is set
+as ``rlserve serve`` sets it (``settle_heap``); its passes are reported too.
 
     python scripts/bench_experience_cost.py [--steps 20000] [--concurrency 16] [--episode 100] [--repeat 3]
         [--rate 3000]
