@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()} {cpu_model()} cpus={os.cpu_count()} "
-          f"python={platform.python_version()} load={load:.2f} (thread CPU time: little moved by other load)")
+          f"python={platform.python_version()} load={load:.2f} (thread CPU time; other load still inflates it)")
     rng = np.random.default_rng(0)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
