@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]  # ships no type information
+import msgspec
 import numpy as np
 
 from rlserve.service.experience import space_columns
@@ -33,7 +33,9 @@ _NO_INFO: dict[str, Any] = {}  # one object for every step's info: nothing new f
 
 
 def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
-    return msgpack.packb(segment_state(model, segment), default=_encode_array)
+    """The segment's state as msgpack: msgspec's encoder (half the CPU of msgpack's), with
+    the bytes ``msgpack.packb(state, default=_encode_array)`` writes (tests check they agree)."""
+    return _ENCODER.encode(segment_state(model, segment))
 
 
 def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
@@ -82,6 +84,16 @@ def _buffer(data: Any) -> dict[str, Any]:
     return {"data": data, "lookback": 0, "finalized": not isinstance(data, list), "space": None}
 
 
+def _encode_value(value: Any) -> Any:
+    """What msgspec hands over that msgpack would write itself: subclasses of a float or a
+    str (``numpy.float64``, ``numpy.str_``) are written as the plain value; the rest are numpy's."""
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return _encode_array(value)
+
+
 def _encode_array(value: Any) -> Any:
     """msgpack_numpy's encoding of numpy values (bytes keys, raw little-endian data)."""
     if isinstance(value, np.ndarray):
@@ -93,3 +105,6 @@ def _encode_array(value: Any) -> Any:
     if isinstance(value, np.bool_ | np.number):
         return {b"nd": False, b"type": value.dtype.str, b"data": value.tobytes()}
     raise TypeError(f"cannot encode a {type(value).__name__} in an episode")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_value)

@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from rlserve.service.experience import event_ids
 from rlserve.service.experience import trail as trails
-from rlserve.service.experience.event_ids import new_event_id
-from rlserve.service.experience.records import ModelLog, Transition, packer
+from rlserve.service.experience.records import ModelLog, Transition, as_is, packer, plain_row_bytes
 from rlserve.service.experience.trail import NOT_SAMPLED, Trail
 from rlserve.service.experience.writer import ExperienceWriter
 
@@ -38,26 +40,89 @@ class Recorder:
         self.log = log
         self.writer = writer
         self._pack_obs = packer(log.obs_space)
-        self._pack_action = packer(log.action_space)
+        pack_action = packer(log.action_space)
+        self._pack_action = None if pack_action is as_is else pack_action  # None: kept as answered
+        self._row_bytes = plain_row_bytes(log.obs_space)
         self.version = version
         self.rate = rate
         self._env_actions = env_actions  # (model-space actions, unsquash, clip) -> JSON values (BatchStep.env_actions)
         self._clock = clock
         self._sample = sample
 
-    def record(self, steps: list[Any], results: list[Any], *, emit: bool) -> None:
-        """Stage every session row of the batch (``steps`` with their ``StepOutput``s);
+    def record(self, steps: list[Any], results: list[Any], *, emit: bool, obs: np.ndarray | None = None) -> None:
+        """Stage every session row of the batch (``steps`` with their ``StepOutput``s; ``obs``
+        the batch's observations as the model took them, where the batch step has them);
         with ``emit`` hand the closed transitions to the writer now (no store can refuse
-        them later), else ``emit`` does once the results are final."""
+        them later), else ``emit`` does once the results are final.
+
+        One loop over the batch's rows (most requests are one row: what a request costs
+        here is what its row costs), reading each batch-wide list once."""
         now = self._clock()
-        unfinished = 0
+        pack_obs, pack_action, width = self._pack_obs, self._pack_action, self._row_bytes
+        version, prefix, numbers = self.version, event_ids.PREFIX, event_ids.NUMBERS
+        # A plain float32 row (``Step.obs_row``) went to the model as it came: its packed
+        # bytes are its row of the batch's array, converted once for the batch.
+        plain = None if obs is None or not width or obs.dtype != np.float32 or obs.ndim != 2 or \
+            obs.shape[1] * 4 != width else obs.tobytes()
+        closing: list[Transition] = []
+        unfinished = number = 0
+        batch = actions = logp = value = None
         for step, output in zip(steps, results, strict=True):
-            if step.has_sessions:
-                unfinished += self._stage(step, output, now)
+            if not step.has_sessions:
+                continue
+            if output.batch is not batch:
+                batch = output.batch
+                actions, logp, value = batch.actions_json, batch.logp, batch.value
+            env = self._env_actions(output.actions(), step.unsquash, step.clip) if step.unsquash or step.clip \
+                else None
+            rows = plain if step.obs is None else None  # else an array the preparer made: packed from it
+            ends, rewards, reset, agents = step.ends, step.rewards, step.reset, step.agents
+            start, explore, module_id = output.start, step.explore, step.module_id
+            answered: list[str | None] = [None] * step.rows
+            closed = closing if emit else []
+            for offset, session in enumerate(step.sessions):
+                if session is None:
+                    continue
+                row = start + offset
+                end = 0 if ends is None else ends[offset]
+                packed = pack_obs(observation(step, offset)) if rows is None else rows[row * width:(row + 1) * width]
+                held = session.trail
+                if reset[offset]:
+                    previous = None
+                    if held is not None and held != NOT_SAMPLED:
+                        unfinished += 1  # an episode restarted before its last step was closed
+                else:
+                    previous = None if held is None else trails.decode(held)
+                if previous is not None:
+                    reward = rewards[offset]
+                    closed.append(Transition(previous, packed, 0.0 if reward is None else float(reward), end))
+                elif not self._sampled(held, bool(reset[offset])):
+                    session.trail = None if end else NOT_SAMPLED
+                    continue
+                if end:
+                    session.trail = None  # the last observation: its own answer is not a step of the episode
+                    continue
+                number = next(numbers)
+                event_id = f"{prefix}-{number:x}"
+                action = actions[row]  # type: ignore[index]
+                p = NAN if logp is None else logp[row]
+                v = NAN if value is None else value[row]
+                session.trail = Trail(
+                    f"{session.id}:{event_id}" if previous is None else previous.eps_id, session.steps - 1,
+                    event_id, packed, action if pack_action is None else pack_action(action),
+                    None if env is None else (env[offset] if pack_action is None else pack_action(env[offset])),
+                    NAN if p is None else p, NAN if v is None else v, explore, version, now,
+                    None if agents is None else agents[offset], module_id)
+                answered[offset] = event_id
+            step.event_ids = answered
+            if not emit:
+                step.closed = closed
+        if number:
+            event_ids.given(number)  # the last taken: before any of the batch's answers goes out
         if unfinished:
             self.writer.note_unfinished(unfinished)
-        if emit:
-            self.emit(steps, [True] * len(steps))
+        if closing:
+            self.writer.offer(self.log, closing)
 
     def emit(self, steps: list[Any], stands: list[bool]) -> None:
         """Offer the closed transitions of the requests whose answers stand."""
@@ -69,58 +134,11 @@ class Recorder:
         if closed:
             self.writer.offer(self.log, closed)
 
-    def _stage(self, step: Any, output: Any, now: float) -> int:
-        batch = output.batch
-        actions, logp, value = batch.actions_json, batch.logp, batch.value
-        env = None
-        if step.unsquash or step.clip:
-            env = self._env_actions(output.actions(), step.unsquash, step.clip)
-        event_ids: list[str | None] = [None] * step.rows
-        closed: list[Transition] = []
-        unfinished = 0
-        for offset, session in enumerate(step.sessions):
-            if session is None:
-                continue
-            row = output.start + offset
-            end = step.ends[offset] if step.ends is not None else 0
-            obs = self._pack_obs(observation(step, offset))
-            previous, fresh = self._previous(step, offset, session)
-            if previous is None and fresh and session.trail not in (None, NOT_SAMPLED):
-                unfinished += 1  # an episode restarted before its last step was closed
-            if previous is not None:
-                reward = step.rewards[offset]
-                closed.append(Transition(previous, obs, 0.0 if reward is None else float(reward), end))
-            elif not self._sampled(session, fresh, previous):
-                session.trail = None if end else NOT_SAMPLED
-                continue
-            if end:
-                session.trail = None  # the last observation: its own answer is not a step of the episode
-                continue
-            event_id = new_event_id()
-            eps_id = previous.eps_id if previous is not None else f"{session.id}:{event_id}"
-            session.trail = (Trail(
-                eps_id, session.steps - 1, event_id, obs, self._pack_action(actions[row]),
-                None if env is None else self._pack_action(env[offset]),
-                NAN if logp is None or logp[row] is None else logp[row],
-                NAN if value is None or value[row] is None else value[row],
-                step.explore, self.version, now,
-                None if step.agents is None else step.agents[offset], step.module_id))
-            event_ids[offset] = event_id
-        step.event_ids = event_ids
-        step.closed = closed
-        return unfinished
-
-    def _previous(self, step: Any, offset: int, session: Any) -> tuple[Trail | None, bool]:
-        """(the open step this row closes, whether the row starts an episode)."""
-        if step.reset[offset]:
-            return None, True
-        data = session.trail
-        return (None if data is None else trails.decode(data)), False
-
-    def _sampled(self, session: Any, fresh: bool, previous: Trail | None) -> bool:
-        """Whether a row with no open step starts logging: an episode start draws against
-        the rate; a session already marked as not sampled stays out until its next episode."""
-        if not fresh and session.trail == NOT_SAMPLED:
+    def _sampled(self, held: Any, fresh: bool) -> bool:
+        """Whether a row with no open step starts logging (``held``: the session's trail): an
+        episode start draws against the rate; a session already marked as not sampled stays
+        out until its next episode."""
+        if not fresh and held == NOT_SAMPLED:
             return False
         return self.rate >= 1.0 or self._sample() < self.rate
 

@@ -52,7 +52,20 @@ def packer(space: Any) -> Callable[[Any], Any]:
         return lambda value: _raw(value, dtype)
     if isinstance(space, gs.MultiDiscrete | gs.MultiBinary):
         return lambda value: _raw(value, np.dtype(np.int64))
-    return lambda value: value
+    return as_is
+
+
+def as_is(value: Any) -> Any:
+    """The packer of a value kept as it came (a JSON value)."""
+    return value
+
+
+def plain_row_bytes(space: Any) -> int:
+    """The bytes of a flat float32 Box observation (what ``packer`` keeps of a list of its
+    floats), 0 for other spaces: the recorder slices such rows out of the batch's own array."""
+    if isinstance(space, gs.Box) and np.dtype(space.dtype) == np.float32 and len(space.shape) == 1:
+        return 4 * int(space.shape[0])
+    return 0
 
 
 def _raw(value: Any, dtype: np.dtype) -> bytes:
@@ -116,6 +129,8 @@ class Fields:
         self.explore = [s.explore for s in steps]
         self.version = [s.version for s in steps]
         self.time = [s.time for s in steps]
-        self.env_action = [s.action if s.env_action is None else s.env_action for s in steps]
+        env_action = [s.env_action for s in steps]  # None: as ``action`` (no unsquash or clip)
+        self.env_action = self.action if env_action.count(None) == len(env_action) else [
+            a if e is None else e for a, e in zip(self.action, env_action, strict=True)]
         self.agent_id = [s.agent_id for s in steps]
         self.module_id = [s.module_id for s in steps]

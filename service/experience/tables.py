@@ -19,6 +19,8 @@ joins segments by without decoding ``item``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -57,24 +59,26 @@ def columns_table(model: ModelLog, rows: list[Transition]) -> pa.Table:
     ends = np.array(f.end, np.int8)
     explore = pa.array(np.array(f.explore, np.bool_))
     infos = pa.StructArray.from_arrays([
-        pa.array([model.name] * n, pa.string()), pa.array(f.version, pa.string()), pa.array(f.event_id, pa.string()),
+        _repeat(model.name, n), _strings(f.version), pa.array(f.event_id, pa.string()),
         pa.array(np.array(f.time, np.float64)), _nullable(np.array(f.value, np.float64)), explore,
     ], fields=list(INFOS))
+    actions = space_columns.arrow_array(action_space, f.action)
     columns = {
         "eps_id": pa.array(f.eps_id, pa.string()),
         # Null for a single agent (as RLlib writes single-agent episodes); a policy set's
         # agent and its policy id otherwise.
-        "agent_id": pa.array(f.agent_id, pa.string()),
-        "module_id": pa.array(f.module_id, pa.string()),
+        "agent_id": _strings(f.agent_id),
+        "module_id": _strings(f.module_id),
         "t": pa.array(np.array(f.t, np.int64)),
         "obs": space_columns.arrow_array(obs_space, f.obs),
-        "actions": space_columns.arrow_array(action_space, f.action),
+        "actions": actions,
         "rewards": pa.array(np.array(f.reward, np.float64)),
         "new_obs": space_columns.arrow_array(obs_space, f.next_obs),
         "terminateds": pa.array(ends == TERMINATED),
         "truncateds": pa.array(ends == TRUNCATED),
         "action_logp": pa.array(np.array(f.logp, np.float32)),
-        "actions_for_env": space_columns.arrow_array(action_space, f.env_action),
+        "actions_for_env": actions if f.env_action is f.action else space_columns.arrow_array(action_space,
+                                                                                             f.env_action),
         "explore": explore,
         "infos": infos,
     }
@@ -95,14 +99,14 @@ def episodes_table(model: ModelLog, segments: list[list[Transition]]) -> pa.Tabl
     columns = {
         "item": pa.array(items, pa.binary()),
         "eps_id": pa.array([s.eps_id for s in first], pa.string()),
-        "agent_id": pa.array([s.agent_id for s in first], pa.string()),
-        "module_id": pa.array([s.module_id for s in first], pa.string()),
+        "agent_id": _strings([s.agent_id for s in first]),
+        "module_id": _strings([s.module_id for s in first]),
         "t_started": pa.array([s.t for s in first], pa.int64()),
         "length": pa.array([len(segment) for segment in segments], pa.int64()),
         "is_terminated": pa.array([r.end == 1 for r in last], pa.bool_()),
         "is_truncated": pa.array([r.end == 2 for r in last], pa.bool_()),
-        "model": pa.array([model.name] * len(segments), pa.string()),
-        "version": pa.array([r.step.version for r in last], pa.string()),
+        "model": _repeat(model.name, len(segments)),
+        "version": _strings([r.step.version for r in last]),
     }
     return pa.table(columns, schema=EPISODES_SCHEMA)
 
@@ -133,12 +137,24 @@ def shadow_table(model: ModelLog, scores: list[ShadowScore]) -> pa.Table:
     values = np.frombuffer(b"".join(s.dist_inputs for s in scores), np.float32)
     return pa.table({
         "event_id": pa.array([s.event_id for s in scores], pa.string()),
-        "candidate": pa.array([s.candidate for s in scores], pa.string()),
+        "candidate": _strings([s.candidate for s in scores]),
         "logp": pa.array(np.array([s.logp for s in scores], np.float64)),
         "actions": space_columns.arrow_array(model.action_space, [s.action for s in scores]),
         "dist_inputs": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
         "time": pa.array(np.array([s.time for s in scores], np.float64)),
     }, schema=shadow_schema(model))
+
+
+def _strings(values: Sequence[str | None]) -> pa.Array:
+    """A string column; one value repeated (a version, a candidate; None for a single agent's
+    ``agent_id``) is made without converting each row's."""
+    if values and values.count(values[0]) == len(values):
+        return _repeat(values[0], len(values))
+    return pa.array(values, pa.string())
+
+
+def _repeat(value: str | None, count: int) -> pa.Array:
+    return pa.nulls(count, pa.string()) if value is None else pa.repeat(pa.scalar(value, pa.string()), count)
 
 
 def _nullable(values: np.ndarray) -> pa.Array:

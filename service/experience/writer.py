@@ -57,24 +57,29 @@ class _Buffer:
     since: float | None = None  # monotonic time the oldest waiting row arrived
     ended: bool = False  # an episode ended since the last write
 
-    def add(self, transition: Transition, size: int, now: float) -> None:
-        self.rows.append(transition)
-        self.nbytes += size
+    def extend(self, transitions: list[Transition], size: int, now: float) -> None:
+        """Take a batch's transitions (``size``: what one costs, ``row_bytes``)."""
+        self.rows.extend(transitions)
+        self.nbytes += size * len(transitions)
         if self.since is None:
             self.since = now
-        step = transition.step
-        segment = self.open.get(step.eps_id)
-        if segment is not None and segment[-1].step.t != step.t - 1:
-            # The episode went on elsewhere meanwhile (another replica): the part held
-            # here is one segment, this step starts the next.
-            self.finished.append(self.open.pop(step.eps_id))
-            segment = None
-        if segment is None:
-            segment = self.open[step.eps_id] = []
-        segment.append(transition)
-        if transition.end:
-            self.finished.append(self.open.pop(step.eps_id))
-            self.ended = True
+        open_, finished = self.open, self.finished
+        for transition in transitions:
+            step = transition.step
+            eps_id = step.eps_id
+            segment = open_.get(eps_id)
+            if segment is None:
+                open_[eps_id] = [transition]
+            elif segment[-1].step.t != step.t - 1:
+                # The episode went on elsewhere meanwhile (another replica): the part held
+                # here is one segment, this step starts the next.
+                finished.append(segment)
+                open_[eps_id] = [transition]
+            else:
+                segment.append(transition)
+            if transition.end:
+                finished.append(open_.pop(eps_id))
+                self.ended = True
 
     def empty(self) -> bool:
         return not (self.rows or self.open or self.finished or self.rewards or self.shadow)
@@ -102,6 +107,7 @@ class ExperienceWriter:
         self._offered = 0  # rows queued, counted by producers (under the lock)
         self._taken = 0  # rows taken, counted by the thread
         self._buffers: dict[ModelLog, _Buffer] = {}
+        self._row_bytes: dict[ModelLog, int] = {}  # per model, ``row_bytes``
         self._last_write = clock()
         self._seq = 0
         self._closed = False
@@ -194,9 +200,10 @@ class ExperienceWriter:
                 (buffer.rewards if isinstance(items[0], RewardEvent) else buffer.shadow).extend(items)
                 buffer.since = now if buffer.since is None else buffer.since
                 continue
-            size = row_bytes(model)
-            for transition in items:
-                buffer.add(transition, size, now)
+            size = self._row_bytes.get(model)
+            if size is None:
+                size = self._row_bytes[model] = row_bytes(model)
+            buffer.extend(items, size, now)
 
     def _write_due(self, force: bool) -> None:
         now = self._clock()

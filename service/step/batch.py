@@ -35,7 +35,8 @@ from rlserve.service.step.trees import tree_set_row, tree_where
 class Recorder(Protocol):
     """What the batch step feeds the experience log (``rlserve.service.experience.recorder``)."""
 
-    def record(self, steps: list[Step], results: list[StepOutput], *, emit: bool) -> None: ...
+    def record(self, steps: list[Step], results: list[StepOutput], *, emit: bool, obs: np.ndarray | None = None
+               ) -> None: ...
     def emit(self, steps: list[Step], stands: list[bool]) -> None: ...
 
 
@@ -107,7 +108,8 @@ class BatchStep:
 
     def _run(self, steps: list[Step]) -> list[StepOutput]:
         self._begin(steps)
-        inputs = {"obs": self._batch_obs(steps)}
+        obs = self._batch_obs(steps)
+        inputs = {"obs": obs}
         if self.stateful:
             slots = self._slots(steps)
             self._gather(steps, slots, inputs)
@@ -123,7 +125,7 @@ class BatchStep:
         if self.recorder is not None:
             # Before an external store writes the sessions (their records carry the open
             # step); its transitions go out once no commit can refuse them (``after_batch``).
-            self.recorder.record(steps, results, emit=not self.sessions.durable)
+            self.recorder.record(steps, results, emit=not self.sessions.durable, obs=obs)
         if self.shadow is not None and not self.sessions.durable:
             self.shadow.offer(steps, results)
         return results

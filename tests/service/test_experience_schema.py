@@ -121,3 +121,20 @@ def test_the_episodes_form_holds_get_state_as_rllibs_reader_decodes_it() -> None
 def test_an_array_of_python_objects_is_never_written() -> None:
     with pytest.raises(TypeError, match="pickle"):
         episode_state._encode_array(np.array([{"a": 1}], dtype=object))
+
+
+def test_an_item_is_the_bytes_msgpack_writes_for_the_same_state() -> None:
+    """Items are encoded with msgspec (faster), byte for byte as msgpack with msgpack_numpy's
+    arrays writes them: a Box and Discrete segment, and a Dict action (JSON values) with a
+    numpy float64 (its times) and str_ (its version) where msgpack writes the plain value."""
+    dict_space = gs.Dict({"a": gs.Discrete(3), "b": gs.Box(-1, 1, (2,), np.float32)})
+    composite = ModelLog("dicts", CARTPOLE.obs_space, dict_space, Path("unused"))
+    segment = _segment(4)
+    composite_segment = [Transition(Trail(r.step.eps_id, r.step.t, r.step.event_id, r.step.obs,
+                                          {"a": r.step.t, "b": [0.5, -0.25]}, None, np.float64(-0.5), 0.25, True,
+                                          np.str_("1"), np.float64(2.0 + r.step.t)), r.next_obs, 1.0, r.end)
+                         for r in segment]
+    for model, rows in ((CARTPOLE, segment), (composite, composite_segment)):
+        state = episode_state.segment_state(model, rows)
+        expected = msgpack.packb(state, default=episode_state._encode_array)
+        assert episode_state.encode_segment(model, rows) == expected

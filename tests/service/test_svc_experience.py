@@ -3,10 +3,13 @@ delayed rewards, and the new act fields (terminated / truncated)."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import numpy as np
 import pytest
 
+from rlserve.service.act.wire import decode_request
 from rlserve.service.app import create_app
 from rlserve.service.experience import reader
 from rlserve.service.settings import Settings
@@ -42,6 +45,33 @@ async def _episode(client, session: str, steps: int, *, end: str | None = "termi
         answers.append(response.json())
     return answers
 
+
+
+async def test_the_rows_of_one_batch_each_log_their_own_observation(tmp_path):
+    """Five sessions' steps run as one batch (as the batcher runs them): each logged row has
+    its own request's observation and next observation (the recorder slices plain rows out of
+    the batch's array) and the event id its answer carried."""
+    app, _ = _app(tmp_path)
+    service = app.state.act_service
+
+    def one_batch(t: int, **extra) -> list:
+        accepted = [service.accept("cartpole", None, decode_request(json.dumps(
+            {"observation": _obs(10 * k + t), "session_id": f"b{k}", **extra}).encode()), 0.0) for k in range(5)]
+        assert all(a.step.obs is None for a in accepted)  # plain rows: converted once, with the batch
+        accepted[0].policy.step.run([a.step for a in accepted])
+        for a in accepted:
+            service.abandon(a)
+        return [a.step.event_ids[0] for a in accepted]
+
+    served = [one_batch(0, episode_start=True), one_batch(1, reward=1.0)]
+    one_batch(2, reward=1.0, terminated=True)
+    app.state.experience.close()
+    rows = reader.transitions(tmp_path / "log", "cartpole").to_pylist()
+    assert len(rows) == 10
+    for row in rows:
+        k, t = int(row["eps_id"].split(":")[0][1:]), row["t"]
+        assert row["obs"] == _obs(10 * k + t) and row["new_obs"] == _obs(10 * k + t + 1)
+        assert row["infos"]["event_id"] == served[t][k]
 
 async def test_each_session_step_is_a_transition_with_its_answer(tmp_path):
     app, client = _app(tmp_path)
