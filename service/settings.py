@@ -43,6 +43,7 @@ TOOL_VARIABLES = {
     "RLSERVE_RAY_PYTHON": "an interpreter with ray and rlserve the --trust-code tests export with",
     "RLSERVE_RAY_VENV": "where the --trust-code tests make their environment with ray",
     "RLSERVE_OPENPI_PYTHON": "an interpreter with openpi-client the openpi route's tests run it with",
+    "RLSERVE_TEST_CPU_LOG": "where the tests log each test's CPU (tests/cpu_log.py)",
     "RLSERVE_OPENPI_VENV": "where the openpi route's tests make their environment with openpi-client",
     "RLSERVE_CI_PYTHON": "the interpreter .ci/run builds its environment with",
     "RLSERVE_FUZZ_SEED": "the seed the tests' multi-agent fuzzer replays instead of a fresh one",
