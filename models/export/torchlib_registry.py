@@ -31,7 +31,6 @@ _STATE = ("_opset_version", "functions")  # everything a registry built from tor
 _lock = threading.Lock()
 _built: dict[tuple[Any, ...], Any] = {}
 _original: Callable[..., Any] | None = None
-builds = 0  # how many registries were built from torchlib through the wrap (for the tests)
 
 
 def installed() -> bool:
@@ -52,14 +51,12 @@ def install() -> bool:
 
 
 def _from_torchlib(cls: type, *args: Any, **kwargs: Any) -> Any:
-    global builds
     assert _original is not None
     key = (cls, args, tuple(sorted(kwargs.items())))
     with _lock:
         base = _built.get(key)
         if base is None:
             base = _original(cls, *args, **kwargs)
-            builds += 1
             if set(vars(base)) != set(_STATE):  # a torch whose registry holds more: do not share it
                 return base
             _built[key] = base
