@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+from plain_http import HTTP
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
@@ -73,7 +74,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = START_TIMEOUT_
             err = _tail(log)
             raise RuntimeError(f"rlserve serve exited with {proc.returncode} before it was ready:\n{err}")
         try:
-            if httpx.get(f"{url}{path}", timeout=2.0).status_code == 200:
+            if HTTP.get(f"{url}{path}", timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

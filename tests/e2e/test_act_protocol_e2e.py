@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from plain_http import HTTP
 
 from tests.e2e.server_process import running_server
 
@@ -242,7 +243,7 @@ def test_a_body_over_the_limit_is_refused_and_the_connection_closed(protocol_url
         assert headers.get("connection") == "close"
     finally:
         conn.close()
-    assert httpx.get(f"{protocol_url}/healthz").status_code == 200
+    assert HTTP.get(f"{protocol_url}/healthz").status_code == 200
 
 
 def test_clients_leaving_with_requests_in_flight_do_not_hurt_the_server(protocol_url):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
+from plain_http import HTTP
 from server_process import running_server
 
 from rlserve.client.envs import DEFAULT_POLICY_ENVS, make_env
@@ -40,7 +40,7 @@ def _mean_return(url: str, model: str, *, explore: bool, reset_state_every_step:
 
 
 def test_both_default_policies_are_served(server_url: str) -> None:
-    served = {m["name"] for m in httpx.get(f"{server_url}/v1/models", timeout=10).json()["models"]}
+    served = {m["name"] for m in HTTP.get(f"{server_url}/v1/models", timeout=10).json()["models"]}
     assert set(DEFAULT_POLICY_ENVS) <= served
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from experience_play import Episode, assert_logged_exactly, play_all
+from plain_http import HTTP
 from server_process import ServerProcess
 
 from rlserve.client.policy_client import PolicyClient
@@ -117,7 +118,7 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
 
 
 def _dropped(url: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
+    text = HTTP.get(f"{url}/metrics").text
     match = re.search(r'^rlserve_experience_dropped_total\{reason="write_failed"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
 

@@ -13,9 +13,9 @@ import json
 import shutil
 from pathlib import Path
 
-import httpx
 import pytest
 from bundle_edits import archive, edited_copy
+from plain_http import HTTP
 from server_process import REPO, running_server
 
 pytestmark = pytest.mark.e2e
@@ -43,24 +43,24 @@ def test_hostile_bundles_in_the_repository_fail_alone(tmp_path: Path) -> None:
     hostile(repo / "slashed", edit=lambda m: m.update(name="a/b"))
     env = {"RLSERVE_ADMIN_TOKEN": TOKEN, "RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
     with running_server(["--repository", str(repo)], env=env) as url:
-        ready = httpx.get(f"{url}/readyz").json()
+        ready = HTTP.get(f"{url}/readyz").json()
         failed = ready["failed_to_load"]
         assert sorted(failed) == ["garbage", "obs5", "slashed"], ready
         assert "model.onnx" in failed["garbage"] and "INVALID_PROTOBUF" in failed["garbage"]
         assert "'obs'" in failed["obs5"] and "[5]" in failed["obs5"]
         assert "'name'" in failed["slashed"] and "'a/b'" in failed["slashed"]
         assert str(repo) not in json.dumps(failed)
-        r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
+        r = HTTP.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
         assert r.status_code == 200 and r.json()["version"] == "1", r.text
 
         # The same bundles uploaded to the running server: refused, and it keeps serving.
         for tag, field in (("garbage", "body"), ("obs5", "body"), ("slashed", "name")):
-            r = httpx.post(f"{url}/v1/admin/models", content=archive(repo / tag), timeout=60,
+            r = HTTP.post(f"{url}/v1/admin/models", content=archive(repo / tag), timeout=60,
                            headers={**AUTH, "Content-Type": "application/octet-stream"})
             error = r.json()["error"]
             assert r.status_code == 422 and error["code"] == "bundle_invalid" and error["field"] == field, r.text
-        listed = httpx.get(f"{url}/v1/admin/models", headers=AUTH).json()["models"]
+        listed = HTTP.get(f"{url}/v1/admin/models", headers=AUTH).json()["models"]
         assert [(m["name"], m["version"]) for m in listed] == [("cartpole", "1")]
-        assert httpx.get(f"{url}/readyz").status_code == 200
-        r = httpx.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
+        assert HTTP.get(f"{url}/readyz").status_code == 200
+        r = HTTP.post(f"{url}/v1/models/cartpole/act", json={"observation": [0.0, 0.1, 0.0, -0.1]})
         assert r.status_code == 200, r.text

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import svc_bundles
 import tritonclient.http as triton
+from plain_http import HTTP
 from server_process import running_server
 from tritonclient.utils import InferenceServerException
 
@@ -51,7 +51,7 @@ def client(url: str) -> Iterator[triton.InferenceServerClient]:
 
 
 def act(url: str, name: str, body: dict) -> dict:
-    response = httpx.post(f"{url}/v1/models/{name}/act", json=body, timeout=30)
+    response = HTTP.post(f"{url}/v1/models/{name}/act", json=body, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -213,7 +213,7 @@ def test_an_lstm_sequence_steps_like_a_json_session(client, url, binary):
     with pytest.raises(InferenceServerException) as info:
         client.infer("lstm", [tensor("obs", observations[:1], binary)], sequence_id=sequence_id)
     assert info.value.status() == "400" and "sequence_start" in info.value.message()
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/{sequence_id}").status_code == 410
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/{sequence_id}").status_code == 410
     restarted = client.infer("lstm", [tensor("obs", observations[:1], binary)], sequence_id=sequence_id,
                              sequence_start=True, parameters={"explore": False})
     first = act(url, "lstm", {"observation": observations[0].tolist(), "session_id": json_session,
@@ -281,7 +281,7 @@ def test_refusals_have_the_protocol_shape_and_name_the_tensor(client, url):
     with pytest.raises(InferenceServerException) as info:
         client.infer("no-such-model", [tensor("obs", np.zeros((1, 4), np.float32), True)])
     assert info.value.status() == "404"
-    response = httpx.post(f"{url}/v2/models/mlp/infer", content=b"{not json")
+    response = HTTP.post(f"{url}/v2/models/mlp/infer", content=b"{not json")
     assert response.status_code == 400 and set(response.json()) == {"error"}
     assert isinstance(response.json()["error"], str)
 
@@ -311,11 +311,11 @@ def test_a_header_length_of_non_ascii_digits_is_a_400_naming_the_header(url, len
 def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
     obs = _lstm_observations(2, seed=24)
     client.infer("lstm", [tensor("obs", obs[:1], True)], sequence_id=77, sequence_start=True)
-    steps = httpx.get(f"{url}/v1/models/lstm/sessions/77").json()["steps"]
+    steps = HTTP.get(f"{url}/v1/models/lstm/sessions/77").json()["steps"]
     with pytest.raises(InferenceServerException):
         client.infer("lstm", [tensor("obs", obs[1:], True), tensor("reward", np.array([np.inf], np.float32), True)],
                      sequence_id=77)
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/77").json()["steps"] == steps
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/77").json()["steps"] == steps
 
 
 # --------------------------------------------------------------------------- one batch
@@ -347,7 +347,7 @@ def shares_one_batch_with_a_json_request(base: str, send: Callable[[], Any]) -> 
     thread.join(60)
     assert len(results) == 1 and results[0].as_numpy("action").shape == (3,)
     assert answer["debug"]["batch_requests"] == 2 and answer["debug"]["batch_rows"] == 4
-    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    metrics = HTTP.get(f"{base}/metrics", timeout=30).text
     for line in ('rlserve_batch_size_requests_count{model="mlp"} 1.0',
                  'rlserve_batch_size_requests_sum{model="mlp"} 2.0', 'rlserve_batch_size_rows_sum{model="mlp"} 4.0'):
         assert line in metrics, [m for m in metrics.splitlines() if m.startswith("rlserve_batch_size")]

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from grpc_calls import Stream, lstm_observations, refused, tensor, wanted
+from plain_http import HTTP
 from server_process import ServerProcess, free_port, rlserve_command, running_server
 from test_kserve_v2_e2e import BATCH_OF_FOUR, MASKS, act, f32, shares_one_batch_with_a_json_request
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
@@ -73,7 +73,7 @@ def test_health_server_metadata_and_readiness(client):
 def test_model_metadata_names_every_tensor_like_the_rest_metadata(client, url):
     for name in ("mlp", "masked", "lstm"):
         meta = client.get_model_metadata(name, as_json=True)
-        rest = httpx.get(f"{url}/v2/models/{name}").json()
+        rest = HTTP.get(f"{url}/v2/models/{name}").json()
         assert meta["name"] == rest["name"] and meta["versions"] == rest["versions"]
         assert meta["platform"] == rest["platform"] == "rlserve_onnx"
         for side in ("inputs", "outputs"):  # protobuf's JSON writes int64 shapes as strings
@@ -111,7 +111,7 @@ def test_a_streamed_lstm_sequence_steps_like_a_json_session_even_when_steps_are_
         expected = act(url, "lstm", body)
         np.testing.assert_array_equal(got[f"step-{t}"].as_numpy("action"), f32([expected["action"]]))
         np.testing.assert_array_equal(got[f"step-{t}"].as_numpy("logp"), f32([expected["logp"]]))
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/streamed").status_code == 410  # sequence_end applied last
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/streamed").status_code == 410  # sequence_end applied last
 
 
 def test_a_refused_streamed_request_is_an_error_answer_and_the_stream_goes_on(client, url):
@@ -252,7 +252,7 @@ def test_an_lstm_sequence_steps_like_a_json_session(client, url):
     # sequence_end ended the session: stepping it again is refused until a new start.
     error = refused(lambda: client.infer("lstm", [tensor("obs", observations[:1])], sequence_id=4_001))
     assert error.status() == "StatusCode.FAILED_PRECONDITION" and "sequence_start" in error.message()
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/4001").status_code == 410
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/4001").status_code == 410
 
 
 def test_a_seeded_string_sequence_samples_like_a_seeded_json_session_and_a_retried_step_is_not_applied_twice(
@@ -274,7 +274,7 @@ def test_a_seeded_string_sequence_samples_like_a_seeded_json_session_and_a_retri
     again = client.infer("lstm", [tensor("obs", observations[-1][None])], sequence_id="grpc-seeded",
                          parameters={"explore": True, "step": len(observations) - 1})
     assert (again.as_numpy("action")[0].tolist(), float(again.as_numpy("logp")[0])) == drawn["grpc"][-1]
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/grpc-seeded").json()["steps"] == len(observations)
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/grpc-seeded").json()["steps"] == len(observations)
 
 
 # --------------------------------------------------------------------------- errors
@@ -313,10 +313,10 @@ def test_refusals_are_status_codes_whose_message_names_the_tensor(client, stub):
 def test_a_refused_sequence_step_leaves_the_session_as_it_was(client, url):
     obs = lstm_observations(2, seed=44)
     client.infer("lstm", [tensor("obs", obs[:1])], sequence_id=4_077, sequence_start=True)
-    steps = httpx.get(f"{url}/v1/models/lstm/sessions/4077").json()["steps"]
+    steps = HTTP.get(f"{url}/v1/models/lstm/sessions/4077").json()["steps"]
     refused(lambda: client.infer("lstm", [tensor("obs", obs[1:]), tensor("reward", np.array([np.inf], np.float32))],
                                  sequence_id=4_077))
-    assert httpx.get(f"{url}/v1/models/lstm/sessions/4077").json()["steps"] == steps
+    assert HTTP.get(f"{url}/v1/models/lstm/sessions/4077").json()["steps"] == steps
 
 
 # --------------------------------------------------------------------------- one batch, processes
@@ -402,7 +402,7 @@ def test_a_sequence_alternating_between_two_replicas_over_grpc_steps_like_one_js
             np.testing.assert_array_equal(result.as_numpy("logp"), f32([expected["logp"]]))
         for c in clients:
             c.close()
-        assert httpx.get(f"{base}/v1/models/lstm/sessions/grpc-replicas").json()["steps"] == len(observations)
+        assert HTTP.get(f"{base}/v1/models/lstm/sessions/grpc-replicas").json()["steps"] == len(observations)
 
 
 def test_streamed_steps_sent_back_to_back_to_a_replica_that_must_read_the_sequence_apply_in_order(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from grpc_calls import lstm_observations, refused, tensor
+from plain_http import HTTP
 from server_process import free_port, running_server
 from test_kserve_v2_e2e import repo as repo  # noqa: F401 (the module's bundles, a fixture)
 
@@ -35,7 +35,7 @@ def test_a_wrong_step_index_is_failed_precondition_and_leaves_the_sequence(repo)
             assert error.status() == "StatusCode.FAILED_PRECONDITION", (step, str(error))
             assert f"parameters.step says it is step {step}" in error.message(), error.message()
         client.close()
-        assert httpx.get(f"{base}/v1/models/lstm/sessions/s").json()["steps"] == 2
+        assert HTTP.get(f"{base}/v1/models/lstm/sessions/s").json()["steps"] == 2
 
 
 def test_a_sequence_changed_elsewhere_is_aborted_and_its_retry_is_answered(repo: Path, redis_server):  # noqa: F811

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
+from plain_http import HTTP
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -182,8 +182,8 @@ def send(url: str, req: Request) -> tuple[int, bytes]:
 
 
 def test_multi_megabyte_strings_in_every_field_get_small_errors_and_small_log_lines(server):
-    spec = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
-    created = httpx.post(f"{server.url}/v1/models/cartpole-memory/sessions", json={"session_id": "live"})
+    spec = HTTP.get(f"{server.url}/openapi.json", timeout=30).json()
+    created = HTTP.post(f"{server.url}/v1/models/cartpole-memory/sessions", json={"session_id": "live"})
     assert created.status_code == 201
     log_before = len(_log(server))
     sent, too_big, server_errors = 0, {}, {}
@@ -195,7 +195,7 @@ def test_multi_megabyte_strings_in_every_field_get_small_errors_and_small_log_li
                 too_big[f"{req.label} ({kind})"] = (status, len(content), content[:300])
             if status >= 500 and status != 503:
                 server_errors[f"{req.label} ({kind})"] = (status, content[:300])
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert HTTP.get(f"{server.url}/healthz").status_code == 200
     assert sent > 100, sent  # the document's routes and fields were found
     assert not too_big, too_big
     assert not server_errors, server_errors

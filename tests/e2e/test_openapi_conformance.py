@@ -25,8 +25,8 @@ import re
 import subprocess
 import sys
 
-import httpx
 import pytest
+from plain_http import HTTP
 
 from tests.e2e.server_process import REPO, running_server
 
@@ -70,13 +70,13 @@ def _observations(metrics: str, model: str) -> float:
 def test_schemathesis_finds_no_server_error_and_no_conformance_failure(seed: int, phases: str) -> None:
     print(f"schemathesis seed {seed}, phases {phases} (SCHEMATHESIS_SEEDS={seed} replays it)")
     with running_server(env={"RLSERVE_ADMIN_TOKEN": TOKEN}) as url:
-        operations = _operations(httpx.get(f"{url}/openapi.json", timeout=10).json())
+        operations = _operations(HTTP.get(f"{url}/openapi.json", timeout=10).json())
         command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "run",
                    f"{url}/openapi.json", "--checks", "all", "--header", f"Authorization: Bearer {TOKEN}",
                    "--max-examples", str(MAX_EXAMPLES), "--seed", str(seed), "--phases", phases, "--workers", "1",
                    "--no-color"]
         run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
-        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        metrics = HTTP.get(f"{url}/metrics", timeout=10).text
     output = run.stdout + run.stderr
     assert run.returncode == 0, (f"schemathesis found problems with seed {seed} (exit {run.returncode}; "
                                  f"SCHEMATHESIS_SEEDS={seed} replays it):\n{output[-20000:]}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import msgpack
 import pytest
+from plain_http import HTTP
 from server_process import ServerProcess
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -96,7 +97,7 @@ def test_bad_observations_are_error_strings_and_the_connection_goes_on(played, s
     assert (shape["status"], shape["error"]["field"]) == (422, "observation")
     assert "shape [4]" in shape["error"]["message"]
     assert played["after"] in (0, 1)
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert HTTP.get(f"{server.url}/healthz").status_code == 200
 
 
 def test_the_root_path_speaks_openpi_for_the_configured_model(played):

@@ -12,9 +12,9 @@ same seeded episodes play the same actions as over HTTP.
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from checkpoint_cases import case_path, multi_agent_case_ids
+from plain_http import HTTP
 
 from rlserve.client.agents_client import AgentsClient
 from rlserve.client.pettingzoo_runner import play_parallel_episode, play_parallel_episodes
@@ -48,7 +48,7 @@ def test_rock_paper_scissors_episodes_play_to_the_end_and_replay_with_a_seed() -
         other = play_parallel_episode(client, _env(), seed=999, env_seed=0)
         assert other.actions != played[0].actions
         # Every episode ended on the server: its agents' sessions are gone.
-        sessions = httpx.get(f"{url}/v1/models/rps").json()["episodes"]
+        sessions = HTTP.get(f"{url}/v1/models/rps").json()["episodes"]
         assert sessions["active"] == 0
         _streams_play_as_http(url, client)  # the same server: no second start
 
@@ -98,11 +98,11 @@ def _streams_play_as_http(url: str, client: AgentsClient) -> None:
                 observations, rewards, *_ = env.step(actions)
                 stream.log_returns(rewards)
             # rlserve serve takes the upgrade in its own protocol: the gauge counts it there too
-            assert 'rlserve_streams_open{kind="agents"} 1.0' in httpx.get(f"{url}/metrics").text
+            assert 'rlserve_streams_open{kind="agents"} 1.0' in HTTP.get(f"{url}/metrics").text
             await stream.end_episode()
         return taken
 
     assert asyncio.run(replay()) == over_http[0].actions
-    assert httpx.get(f"{url}/v1/models/rps").json()["episodes"]["active"] == 0
-    metrics = httpx.get(f"{url}/metrics").text
+    assert HTTP.get(f"{url}/v1/models/rps").json()["episodes"]["active"] == 0
+    metrics = HTTP.get(f"{url}/metrics").text
     assert 'rlserve_streams_open{kind="agents"} 0.0' in metrics

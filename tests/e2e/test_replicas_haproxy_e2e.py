@@ -30,9 +30,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fleet import MODEL, Fleet, assert_same_episodes, model_repository, reference_run, run_episodes, step_body
+from plain_http import HTTP
 from server_process import REPO, ServerProcess, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
@@ -168,7 +168,7 @@ async def test_each_session_stays_on_one_replica(balanced, repository):
     assert_same_episodes(got, await reference_run(repository, sessions, steps))
     served, held, loads = {}, {}, {}
     for name, replica in replicas.items():
-        text = httpx.get(f"{replica.url}/metrics", timeout=10).text
+        text = HTTP.get(f"{replica.url}/metrics", timeout=10).text
         served[name] = _metric(text, "rlserve_observations_total", model=MODEL)
         held[name] = _metric(text, "rlserve_active_sessions", model=MODEL)
         # A replica reads a session it does not hold from the store (one load per request
@@ -220,7 +220,7 @@ async def test_rolling_restart_through_haproxy_fails_no_request(balanced, reposi
     assert exit_codes == [0, 0]
     # The replica restarted first took traffic again (while the second one restarted).
     first = next(iter(replicas.values()))
-    assert _metric(httpx.get(f"{first.url}/metrics", timeout=10).text, "rlserve_observations_total", model=MODEL) > 0
+    assert _metric(HTTP.get(f"{first.url}/metrics", timeout=10).text, "rlserve_observations_total", model=MODEL) > 0
     assert fleet.errors == [], fleet.errors
     assert fleet.refused == fleet.no_answer == fleet.lost_in_flight == fleet.not_ready == 0, fleet
     reference = await reference_run(repository, sessions, steps)

@@ -4,8 +4,8 @@ has other weights. Real redis-server, real `rlserve serve`, two real versions.""
 
 from __future__ import annotations
 
-import httpx
 import pytest
+from plain_http import HTTP
 from rollout_bundles import two_versions
 from server_process import ServerProcess
 
@@ -17,7 +17,7 @@ SESSIONS = 30
 def _act(url: str, session_id: str, start: bool) -> dict:
     body = {"observation": [0.01, -0.02, 0.03, 0.04], "session_id": session_id, "explore": False,
             "episode_start": start, **({} if start else {"reward": 1.0})}
-    reply = httpx.post(f"{url}/v1/models/cartpole/act", json=body, timeout=30)
+    reply = HTTP.post(f"{url}/v1/models/cartpole/act", json=body, timeout=30)
     assert reply.status_code == 200, reply.text
     return reply.json()
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium as gym
 import httpx
 import pytest
+from plain_http import HTTP
 from rollout_bundles import two_versions
 from server_process import running_server
 
@@ -73,9 +74,9 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
         futures = [pool.submit(_client_thread, server, i, changed) for i in range(THREADS)]
         # Mid-run, the split flips: live episodes must stay where they are.
         while sum(f.done() for f in futures) == 0 and not changed.is_set():
-            summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
+            summary = HTTP.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
             if sum(v["episodes"] for v in summary["versions"].values()) >= THREADS * EPISODES // 2:
-                reply = httpx.put(f"{server}/v1/admin/models/cartpole/traffic", headers=ADMIN,
+                reply = HTTP.put(f"{server}/v1/admin/models/cartpole/traffic", headers=ADMIN,
                                   json={"weights": {"1": 10, "2": 90}, "reason": "test flips"})
                 assert reply.status_code == 200, reply.text
                 changed.set()
@@ -92,7 +93,7 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
     after = [e for e in episodes if not e["before_change"] and e["versions"][0] == "2"]
     assert after, "no episode started after the flip went to version 2"
 
-    summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
+    summary = HTTP.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
     for version in ("1", "2"):
         mine = [e for e in episodes if e["versions"][0] == version]
         got = summary["versions"][version]
@@ -103,7 +104,7 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
     assert summary["versions"]["1"]["return_mean"] > summary["versions"]["2"]["return_mean"] + 20
     assert [c["action"] for c in summary["changes"]] == ["weights", "weights"]
     assert summary["changes"][-1]["reason"] == "test flips"
-    metrics = httpx.get(f"{server}/metrics").text
+    metrics = HTTP.get(f"{server}/metrics").text
     episodes_two = float(summary["versions"]["2"]["episodes"])
     assert f'rlserve_version_episodes_total{{model="cartpole",version="2"}} {episodes_two}' in metrics
 
@@ -111,24 +112,24 @@ def test_a_canary_keeps_every_episode_on_one_version_and_scores_each(server):
 def test_promote_rollback_and_the_guard(server):
     def new_session_version() -> str:
         body = {"observation": [0.0, 0.0, 0.0, 0.0], "session_id": f"p-{uuid.uuid4().hex}", "episode_start": True}
-        return httpx.post(f"{server}/v1/models/cartpole/act", json=body).json()["version"]
+        return HTTP.post(f"{server}/v1/models/cartpole/act", json=body).json()["version"]
 
-    reply = httpx.post(f"{server}/v1/admin/models/cartpole/promote", headers=ADMIN, json={"version": "1"})
+    reply = HTTP.post(f"{server}/v1/admin/models/cartpole/promote", headers=ADMIN, json={"version": "1"})
     assert reply.json()["weights"] == {"1": 100.0, "2": 0.0}
     assert {new_session_version() for _ in range(20)} == {"1"}
-    reply = httpx.post(f"{server}/v1/admin/models/cartpole/rollback", headers=ADMIN, json={})
+    reply = HTTP.post(f"{server}/v1/admin/models/cartpole/rollback", headers=ADMIN, json={})
     assert reply.status_code == 200 and reply.json()["split"] is True
     # The guard: version 2 scored far worse, so setting it with the split 50/50 fires at the next episode end.
-    httpx.put(f"{server}/v1/admin/models/cartpole/traffic", headers=ADMIN, json={"weights": {"1": 50, "2": 50}})
-    reply = httpx.put(f"{server}/v1/admin/models/cartpole/guard", headers=ADMIN,
+    HTTP.put(f"{server}/v1/admin/models/cartpole/traffic", headers=ADMIN, json={"weights": {"1": 50, "2": 50}})
+    reply = HTTP.put(f"{server}/v1/admin/models/cartpole/guard", headers=ADMIN,
                       json={"margin": 10, "min_episodes": 3})
     assert reply.status_code == 200, reply.text
     sid = f"g-{uuid.uuid4().hex}"
-    httpx.post(f"{server}/v1/models/cartpole/versions/1/act", json={"observation": [0.0] * 4, "session_id": sid,
+    HTTP.post(f"{server}/v1/models/cartpole/versions/1/act", json={"observation": [0.0] * 4, "session_id": sid,
                                                                      "episode_start": True})
-    httpx.post(f"{server}/v1/models/cartpole/act", json={"observation": [0.0] * 4, "session_id": sid,
+    HTTP.post(f"{server}/v1/models/cartpole/act", json={"observation": [0.0] * 4, "session_id": sid,
                                                          "reward": 1.0, "terminated": True})
-    summary = httpx.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
+    summary = HTTP.get(f"{server}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
     assert summary["weights"] == {"1": 100.0, "2": 0.0}
     assert summary["changes"][-1]["action"] == "guard" and "below version '1'" in summary["changes"][-1]["reason"]
 
@@ -145,10 +146,10 @@ def test_promote_rollback_and_the_guard(server):
     ("promote", {"version": "1", "reason": "x" * 300}, "reason"),
 ])
 def test_bad_rollout_requests_name_the_field(server, path, body, field):
-    method = httpx.post if path == "promote" else httpx.put
+    method = HTTP.post if path == "promote" else HTTP.put
     reply = method(f"{server}/v1/admin/models/cartpole/{path}", headers=ADMIN, json=body)
     assert 400 <= reply.status_code < 500, reply.text
     error = reply.json()["error"]
     assert error["field"] == field, error
-    assert httpx.get(f"{server}/v1/admin/models/nope/traffic", headers=ADMIN).status_code == 404
-    assert httpx.get(f"{server}/v1/admin/models/cartpole/traffic").status_code == 401
+    assert HTTP.get(f"{server}/v1/admin/models/nope/traffic", headers=ADMIN).status_code == 404
+    assert HTTP.get(f"{server}/v1/admin/models/cartpole/traffic").status_code == 401

@@ -21,6 +21,7 @@ import gymnasium as gym
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from plain_http import HTTP
 from rollout_bundles import two_versions
 from server_process import rlserve_command, running_server
 
@@ -73,11 +74,11 @@ def story(tmp_path_factory):
             episodes = [e for part in pool.map(lambda i: _client(url, i), range(THREADS)) for e in part]
         deadline = time.monotonic() + 30
         while True:  # the shadow's queue drained: what it scored reaches the log at the stop
-            shadow = httpx.get(f"{url}/v1/admin/models/cartpole/shadow", headers=ADMIN).json()
+            shadow = HTTP.get(f"{url}/v1/admin/models/cartpole/shadow", headers=ADMIN).json()
             if shadow["queue_depth"] == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        summary = httpx.get(f"{url}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
+        summary = HTTP.get(f"{url}/v1/admin/models/cartpole/summary", headers=ADMIN).json()
     return {"repo": repo, "log": log, "episodes": episodes, "summary": summary, "shadow": shadow}
 
 

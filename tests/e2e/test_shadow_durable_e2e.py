@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import numpy as np
 import pytest
 import svc_bundles
+from plain_http import HTTP
 from server_process import ServerProcess, wait_for
 
 from rlserve.service.experience import reader
@@ -35,7 +35,7 @@ def _body(sid: str, t: int) -> dict:
 
 
 def _scored(url: str) -> int:
-    shadow = httpx.get(f"{url}/v1/admin/models/lstm/shadow", headers={"authorization": f"Bearer {TOKEN}"}).json()
+    shadow = HTTP.get(f"{url}/v1/admin/models/lstm/shadow", headers={"authorization": f"Bearer {TOKEN}"}).json()
     return shadow["counts"]["scored"]
 
 
@@ -45,7 +45,7 @@ def _written(log) -> set[str]:
 
 
 def _step(url: str, sid: str, t: int) -> dict:
-    answer = httpx.post(f"{url}/v1/models/lstm/act", json=_body(sid, t), timeout=30)
+    answer = HTTP.post(f"{url}/v1/models/lstm/act", json=_body(sid, t), timeout=30)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -62,7 +62,7 @@ def test_a_sessions_shadow_state_survives_a_sigkill(tmp_path, tmp_path_factory, 
     server = ServerProcess(env).start()
     try:
         for sid in ("whole", "killed"):
-            created = httpx.post(f"{server.url}/v1/models/lstm/sessions", json={"session_id": sid, "seed": 5,
+            created = HTTP.post(f"{server.url}/v1/models/lstm/sessions", json={"session_id": sid, "seed": 5,
                                                                                "version": "1"})
             assert created.status_code == 201, created.text
         whole = [_step(server.url, "whole", t) for t in range(STEPS)]
@@ -74,7 +74,7 @@ def test_a_sessions_shadow_state_survives_a_sigkill(tmp_path, tmp_path_factory, 
         server = ServerProcess(env, port=server.port).start()
         killed += [_step(server.url, "killed", t) for t in range(KILL_AFTER, STEPS)]
         wait_for(lambda: _scored(server.url) == STEPS - KILL_AFTER)
-        shadow = httpx.get(f"{server.url}/v1/admin/models/lstm/shadow",
+        shadow = HTTP.get(f"{server.url}/v1/admin/models/lstm/shadow",
                            headers={"authorization": f"Bearer {TOKEN}"}).json()
         assert shadow["counts"]["skipped_broken"] == 0 and shadow["state_store"] == "external"
         assert server.terminate() in (0, -15)  # writes what the log holds

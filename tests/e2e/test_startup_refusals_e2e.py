@@ -16,8 +16,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-import httpx
 import pytest
+from plain_http import HTTP
 from server_process import REPO, free_port, rlserve_command, running_server
 
 from rlserve.service.serving import export_cache
@@ -170,14 +170,14 @@ def test_a_kept_export_is_served_without_torch(tmp_path: Path) -> None:
     shutil.copytree(CARTPOLE_BUNDLE, cache / key)  # stands in for the kept export of this checkpoint
     env = _env(tmp_path, hide="torch,onnxscript")  # RLSERVE_EXPORT_CACHE is tmp_path / "cache"
     with running_server(["--checkpoint", f"my-policy={CHECKPOINT}"], env=env) as url:
-        assert [m["name"] for m in httpx.get(f"{url}/v1/models").json()["models"]] == ["cartpole"]
+        assert [m["name"] for m in HTTP.get(f"{url}/v1/models").json()["models"]] == ["cartpole"]
 
 
 def test_client_variables_from_the_docs_do_not_stop_the_server(tmp_path: Path) -> None:
     """docs/api.md's gRPC example has users export RLSERVE_GRPC_URL; the README RLSERVE_URL."""
     env = {"RLSERVE_GRPC_URL": "localhost:8001", "RLSERVE_URL": "http://localhost:8000"}
     with running_server(env=env) as url:
-        assert httpx.get(f"{url}/readyz").status_code == 200
+        assert HTTP.get(f"{url}/readyz").status_code == 200
 
 
 def test_several_mistakes_are_one_line_each(tmp_path: Path) -> None:

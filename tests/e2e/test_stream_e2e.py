@@ -19,6 +19,7 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
+from plain_http import HTTP
 from server_process import ServerProcess
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
@@ -206,7 +207,7 @@ def test_steps_are_logged_measured_and_recorded_like_http_steps(server, url):
         assert answer.raw.get("event_id")  # the experience log recorded the step
         with pytest.raises(InvalidInputError):
             stream.step([0.0])
-    metrics = httpx.get(f"{url}/metrics").text
+    metrics = HTTP.get(f"{url}/metrics").text
     assert f'rlserve_request_latency_seconds_count{{model="{MODEL}",route="stream"}}' in metrics
     deadline = time.monotonic() + 10
     while "WS /v1/models/{name}/stream 422" not in server.output():
