@@ -209,3 +209,38 @@ def episode_ids(family: str = "newstack") -> list[str]:
 def module_pairs(family: str = "newstack") -> list[tuple[str, str]]:
     """(case id, module id) for every module of every case, multi-agent ones included."""
     return [(i, m) for i in case_ids(family) for m in load_case(i).module_ids]
+
+
+def served_name(case: NewStackCase, module_id: str) -> str:
+    """The model name a module is served and exported under: the case id as a folder name,
+    and the module's id after it in a case of several modules."""
+    suffix = f"-{module_id}" if len(case.module_ids) > 1 else ""
+    return case.id.replace("/", "-") + suffix
+
+
+def module_checkpoint(case: NewStackCase, module_id: str) -> Path:
+    """The folder ``--checkpoint NAME=DIR`` names for the module: the algorithm's, or in a
+    case of several modules the module's own (its connectors come from the algorithm around it)."""
+    from rlserve.models.newstack.layout import RL_MODULE_DIR
+
+    return case.checkpoint if len(case.module_ids) == 1 else case.checkpoint / RL_MODULE_DIR / module_id
+
+
+def exported_module(tmp_path_factory: Any, case: NewStackCase, module_id: str) -> Path:
+    """``rlserve export CHECKPOINT --name NAME [--module-id ID]`` (its main, in this process)
+    of one module, done once per test run for every test and xdist worker (``run_cache``):
+    the conformance tests check the bundle against RLlib, and the end-to-end server serves
+    it from its export cache. Read only."""
+    from run_cache import shared_folder
+
+    from rlserve.models.export.cli import export_main
+
+    name = served_name(case, module_id)
+
+    def build(out: Path) -> None:
+        argv = [str(case.checkpoint), "--out", str(out), "--name", name, "--quiet"]
+        if len(case.module_ids) > 1:
+            argv += ["--module-id", module_id]
+        assert export_main(argv) == 0, f"rlserve export {' '.join(argv)} failed"
+
+    return shared_folder(tmp_path_factory, f"newstack-exports/{name}", build)

@@ -2,8 +2,9 @@
 
 Every module of every case of ``newstack_cases`` (RLSERVE_NEWSTACK_DIR plus
 tests/fixtures/newstack; a multi-agent case's modules one by one with ``--module-id``) is
-exported with the real command line and nothing else. The bundle is loaded with checksums
-verified and run the way the server runs it: the server's own pipeline built from the
+exported with the real command line and nothing else, once per run (``exported_module``;
+the end-to-end server of ``test_newstack_e2e.py`` serves the same bundles). The bundle is
+loaded with checksums verified and run the way the server runs it: the server's own pipeline built from the
 manifest (the connector stages), ONNX Runtime (and TorchScript on the fixed observations),
 the server's action distribution, and the session's windows of one-hot previous actions
 and rewards kept as the server keeps them:
@@ -22,11 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from newstack_cases import NewStackCase, episode_ids, load_case, module_pairs, newstack_dir
+from newstack_cases import NewStackCase, episode_ids, exported_module, load_case, module_pairs, newstack_dir
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed
 
 from rlserve.models.export.bundle import Bundle, load_bundle
-from rlserve.models.export.cli import export_main
 
 
 def _pairs() -> list[tuple[str, str]]:
@@ -40,12 +40,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
     def get(case: NewStackCase, module_id: str) -> Bundle:
         key = (case.id, module_id)
         if key not in cache:
-            out = tmp_path_factory.mktemp(f"{case.path.name}-{module_id}") / "bundle"
-            argv = [str(case.checkpoint), "--out", str(out), "--quiet"]
-            if len(case.module_ids) > 1:
-                argv += ["--module-id", module_id]
-            assert export_main(argv) == 0, f"rlserve export {' '.join(argv)} failed"
-            cache[key] = load_bundle(out)  # checksums verified
+            cache[key] = load_bundle(exported_module(tmp_path_factory, case, module_id))  # checksums verified
         return cache[key]
 
     return get

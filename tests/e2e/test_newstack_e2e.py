@@ -3,7 +3,11 @@
 One real ``rlserve serve`` process is started with ``--checkpoint NAME=DIR`` for every module
 of every case of ``newstack_cases`` (RLSERVE_NEWSTACK_DIR plus tests/fixtures/newstack): the
 algorithm directory of a single-agent case, each module's own directory of a multi-agent
-one. It exports them itself (connectors read from the checkpoint) and is asked:
+one. Its export cache holds, under the keys the server computes for those arguments, the
+``rlserve export`` bundles of the modules that the conformance tests check (made once per
+run, ``exported_module``), so it starts as on its second start of the same checkpoints,
+without exporting them again; the second server below exports a checkpoint itself (the
+admin API's load), as does ``test_newstack_multiagent_e2e.py``. It is asked:
 
 - the recorded observations, each from a fresh episode, deterministic: the module's action
   (``raw_action``) equals RLlib's, ``action`` equals what RLlib handed the environment
@@ -34,16 +38,19 @@ from newstack_cases import (
     check_value_and_logp,
     episode_ids,
     episode_step_body,
+    exported_module,
     json_leaves,
     json_row,
     load_case,
+    module_checkpoint,
     module_pairs,
     newstack_dir,
+    served_name,
 )
 from server_process import rlserve_command, running_server
 
 from rlserve.models.export.bundle import load_bundle
-from rlserve.models.newstack.layout import RL_MODULE_DIR
+from rlserve.service.serving import export_cache
 
 pytestmark = pytest.mark.e2e
 
@@ -51,14 +58,23 @@ CHUNK = 25  # observations per request (images as JSON lists are large)
 
 
 def _name(case_id: str, module_id: str) -> str:
-    case = load_case(case_id)
-    suffix = f"-{module_id}" if len(case.module_ids) > 1 else ""
-    return case_id.replace("/", "-") + suffix
+    return served_name(load_case(case_id), module_id)
 
 
 def _checkpoint_arg(case: NewStackCase, module_id: str) -> str:
-    path = case.checkpoint if len(case.module_ids) == 1 else case.checkpoint / RL_MODULE_DIR / module_id
-    return f"{_name(case.id, module_id)}={path}"
+    return f"{served_name(case, module_id)}={module_checkpoint(case, module_id)}"
+
+
+def _kept_exports(tmp_path_factory: pytest.TempPathFactory, pairs: list[tuple[str, str]]) -> Path:
+    """An export cache of this server's own holding each module's bundle under the key the
+    server computes for its ``--checkpoint`` argument (never the user's cache, nor one an
+    earlier run left)."""
+    cache = tmp_path_factory.mktemp("export-cache")
+    for case_id, module_id in pairs:
+        case = load_case(case_id)
+        key = export_cache.export_key(module_checkpoint(case, module_id), served_name(case, module_id), None)
+        shutil.copytree(exported_module(tmp_path_factory, case, module_id), cache / key)
+    return cache
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +84,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(f"no new-stack cases found: set RLSERVE_NEWSTACK_DIR (looked in {newstack_dir()})")
     args = [a for case_id, module_id in pairs
             for a in ("--checkpoint", _checkpoint_arg(load_case(case_id), module_id))]
-    # An export cache of its own: every module is exported by this server, not read from a
-    # cache an earlier run left (nor written into the user's).
-    env = {"RLSERVE_EXPORT_CACHE": str(tmp_path_factory.mktemp("export-cache"))}
+    env = {"RLSERVE_EXPORT_CACHE": str(_kept_exports(tmp_path_factory, pairs))}
     with running_server(args, env=env, start_timeout=60.0 * len(pairs)) as url, \
             httpx.Client(base_url=url, timeout=120) as client:
         yield client
