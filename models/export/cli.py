@@ -35,6 +35,7 @@ from rlserve.models.config import merge_model_config
 from rlserve.models.export.bundle import load_bundle, pack_bundle
 from rlserve.models.export.cli_newstack import export_new_stack
 from rlserve.models.export.cli_traced import export_traced_modelv2
+from rlserve.models.export.collections_paused import fewer_collections
 from rlserve.models.export.describe import describe_action_dist
 from rlserve.models.export.errors import BundleError
 from rlserve.models.export.out_folder import OutFolderError, replacing
@@ -121,7 +122,7 @@ def export_main(argv: list[str]) -> int:
         return EXIT_BAD_INPUT
     progress = Progress(sys.stderr, enabled=not args.quiet)
     try:
-        with replacing(args.out, args.force):
+        with replacing(args.out, args.force), fewer_collections():  # reading, building and tracing
             if not wants_set(args):
                 return _export(args, progress)
             written = export_set(args, progress)

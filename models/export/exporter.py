@@ -32,6 +32,7 @@ from rlserve.models.export.bundle import (
     load_bundle,
     write_manifest,
 )
+from rlserve.models.export.collections_paused import fewer_collections
 from rlserve.models.export.describe import describe_action_dist, describe_preprocessor
 from rlserve.models.export.names import check_name
 from rlserve.models.export.onnx import export_onnx, onnx_runner, prune_onnx
@@ -139,8 +140,9 @@ def export_bundle(
     os.umask(umask)
     stage.chmod(0o777 & ~umask)
     try:
-        _build(model, signature, formats, reference, stage, manifest, say,
-               checks=[make_inputs(b, b) for b in CHECK_BATCHES])
+        with fewer_collections():  # tracing makes millions of short-lived objects
+            _build(model, signature, formats, reference, stage, manifest, say,
+                   checks=[make_inputs(b, b) for b in CHECK_BATCHES])
         say("writing manifest")
         files = [*(_FILES[f] for f in formats), REFERENCE_FILE]
         files += [info["policy_file"] for info in manifest["runtimes"].values() if "policy_file" in info]
