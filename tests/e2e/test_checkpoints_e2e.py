@@ -131,17 +131,21 @@ def _flat(value: Any) -> Any:
 
 
 def test_serve_checkpoint_in_one_command(tmp_path: Path) -> None:
-    """`rlserve serve --checkpoint NAME=DIR` exports in the server and serves RLlib's answers."""
+    """`rlserve serve --checkpoint NAME=DIR` exports in the server and serves RLlib's answers.
+    Its export cache is its own: not the user's, where an earlier run would have left the export."""
     case_id = (_recurrent_ids() or case_ids())[0]
     case = load_checkpoint_case(case_id)
     fixed = case.reference["fixed"]
-    with running_server(["--checkpoint", f"mine={case.checkpoint}"]) as url, httpx.Client(base_url=url) as client:
+    env = {"RLSERVE_EXPORT_CACHE": str(tmp_path / "cache")}
+    with running_server(["--checkpoint", f"mine={case.checkpoint}"], env=env) as url, \
+            httpx.Client(base_url=url) as client:
         assert [m["name"] for m in client.get("/v1/models").json()["models"]] == ["mine"]
         got = client.post("/v1/models/mine/act", json={"observations": fixed["obs"][:10], "explore": False,
                                                         "outputs": ["raw_action", "value"]}).json()
     for i in range(10):
         _same(_flat(got["raw_action"][i]), _flat(fixed["action"][i]), f"{case_id} fixed[{i}]: model action")
     _close(got["value"], fixed["value"][:10], f"{case_id}: value")
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 1  # exported now, kept for the next start
 
 
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "two-workers"])
