@@ -60,29 +60,39 @@ DEFAULTS = Path(__file__).resolve().parents[2] / "service" / "default_models"
 MASK_KEY = "action_mask"  # RLlib's convention: a Dict observation entry carrying the mask
 
 
-def build_repository(root: Path) -> Path:
-    """Export every ``BUNDLES`` entry (seeded) into ``root`` and copy the embedded defaults."""
+def build_repository(tmp_path_factory: Any, root: Path) -> Path:
+    """Every ``BUNDLES`` entry (seeded) and the embedded defaults, copied into ``root``."""
     import shutil
 
-    export_bundles(root, BUNDLES)
+    export_bundles(tmp_path_factory, root, BUNDLES)
     for name in DEFAULT_BUNDLES:
         shutil.copytree(DEFAULTS / name, root / name)
     return root
 
 
-def export_bundles(root: Path, names: Iterable[str]) -> None:
-    """Export the ``BUNDLES`` entries ``names`` (seeded) into ``root``, one folder each."""
+def export_bundles(tmp_path_factory: Any, root: Path, names: Iterable[str]) -> None:
+    """The ``BUNDLES`` entries ``names`` (seeded) in ``root``, one folder each: each exported
+    once per test run for all its xdist workers (``run_cache``) and copied here."""
+    import shutil
+
+    from run_cache import shared_folder
+
+    for name in names:
+        kept = shared_folder(tmp_path_factory, f"fuzz-bundles/{name}", lambda out, name=name: _export(name, out))
+        shutil.copytree(kept, root / name)
+
+
+def _export(name: str, out: Path) -> None:
     import torch
 
     from rlserve.models.catalog import build_model
     from rlserve.models.export.exporter import export_bundle
 
     torch.set_num_threads(1)
-    for name in names:
-        obs, act, config = BUNDLES[name]
-        torch.manual_seed(0)
-        export_bundle(build_model(obs, act, config), obs_space=obs, action_space=act, model_config=config,
-                      out_dir=root / name, name=name, version="1", formats=["onnx"])
+    obs, act, config = BUNDLES[name]
+    torch.manual_seed(0)
+    export_bundle(build_model(obs, act, config), obs_space=obs, action_space=act, model_config=config,
+                  out_dir=out, name=name, version="1", formats=["onnx"])
 
 
 def spaces_of(name: str) -> tuple[gs.Space, gs.Space]:

@@ -50,7 +50,7 @@ def team_set(tmp_path_factory) -> Path:
     from rlserve.models.multiagent.mapping import AgentMapping
 
     root = tmp_path_factory.mktemp("agents_fuzz")
-    export_bundles(root / "bundles", MEMBERS.values())
+    export_bundles(tmp_path_factory, root / "bundles", MEMBERS.values())
     (root / "repo").mkdir()
     with policy_set_from_bundles({p: root / "bundles" / b for p, b in MEMBERS.items()}, root / "team",
                                  AgentMapping(dict(EXACT), list(PATTERNS), None), name="team"):

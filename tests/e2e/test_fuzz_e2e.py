@@ -72,7 +72,7 @@ def _param(case: Case):
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    root = build_repository(tmp_path_factory.mktemp("fuzz_repo"))
+    root = build_repository(tmp_path_factory, tmp_path_factory.mktemp("fuzz_repo"))
     SERVER_PATHS.update({str(root), str(root.resolve())})
     return root
 
