@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -120,6 +120,13 @@ def write_manifest(bundle_dir: str | os.PathLike[str], data: Mapping[str, Any], 
     return manifest
 
 
+class Scratch(Protocol):
+    """What a bundle owns on disk and deletes at ``close()``: a ``TemporaryDirectory``, or a
+    folder shared with other bundles that goes with the last of them."""
+
+    def cleanup(self) -> None: ...
+
+
 @dataclass
 class Bundle:
     """A loaded (and, unless asked otherwise, checksum-verified) bundle directory."""
@@ -127,8 +134,8 @@ class Bundle:
     root: Path
     manifest: Manifest
     source: Path | None = None  # the archive it was unpacked from, if any
-    # Keeps the extraction directory of an archive alive as long as the bundle.
-    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    # Keeps the extraction directory of an archive (or an export) alive as long as the bundle.
+    _tmp: Scratch | None = field(default=None, repr=False)
 
     def close(self) -> None:
         """Delete the directory an archive was unpacked into; the bundle is unusable after.

@@ -11,6 +11,7 @@ sessions in those members' stores, ``rlserve.service.sessions.episode_store``).
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,27 @@ def _export_checkpoint_set(path: Path, name: str | None, mapping: AgentMapping |
     except BaseException:
         tmp.cleanup()
         raise
+    shared = _LastOneOut(tmp, len(policy_set.bundles))
     for bundle in policy_set.bundles.values():
-        bundle._tmp_owner = tmp  # type: ignore[attr-defined]  # the export lives as long as its bundles
+        bundle._tmp = shared  # the export lives as long as its bundles, and goes with the last one closed
     return policy_set
+
+
+class _LastOneOut:
+    """The folder a checkpoint's policy set was exported into, shared by its member bundles:
+    ``Bundle.close()`` calls ``cleanup()`` once per member, and the last call deletes it. (A
+    server stopped by SIGTERM exits by the signal once uvicorn has shut down, so the folder's
+    own finalizer never ran: every stop left one in the temporary directory.)"""
+
+    def __init__(self, tmp: tempfile.TemporaryDirectory, members: int):
+        self._tmp, self._left, self._lock = tmp, members, threading.Lock()
+
+    def cleanup(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._tmp.cleanup()
 
 
 def _episode_store(settings: Settings, set_name: str, store: RedisSessions | None) -> EpisodeStore:

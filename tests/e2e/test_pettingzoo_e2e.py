@@ -61,11 +61,15 @@ def test_the_experience_log_writes_each_player_as_an_episode_of_its_policy(tmp_p
 
     case = case_path(multi_agent_case_ids()[0])
     args = ["--policy-set", f"rps={case / 'checkpoint'}", "--map", "player_0=p0", "--map", "player_1=p1"]
-    log = tmp_path / "log"
-    with running_server(args, {"RLSERVE_EXPERIENCE_LOG": str(log)}) as url, \
+    log, scratch = tmp_path / "log", tmp_path / "tmp"
+    scratch.mkdir()
+    with running_server(args, {"RLSERVE_EXPERIENCE_LOG": str(log), "TMPDIR": str(scratch)}) as url, \
             AgentsClient(url, "rps", explore=True) as client:
         played = play_parallel_episodes(client, _env, 2, seed=7, env_seed=0)
-    # The server stopped (SIGTERM): its shutdown wrote what the log held.
+        assert len(list(scratch.glob("rlserve-policy-set-*"))) == 1  # the checkpoint's export, while served
+    # The server stopped (SIGTERM): its shutdown wrote what the log held, and deleted the export
+    # (torch keeps its own caches there).
+    assert [p.name for p in scratch.iterdir() if p.name.startswith(("rlserve-", "rlsb-"))] == []
     for player, policy in (("player_0", "p0"), ("player_1", "p1")):
         episodes = reader.episodes(log, f"rps.{policy}")
         assert [(e.agent_id, e.module_id) for e in episodes] == [(player, policy)] * 2
