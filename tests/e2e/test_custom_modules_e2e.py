@@ -35,6 +35,7 @@ from newstack_cases import (
     json_leaves,
     json_row,
     load_case,
+    served_name,
 )
 from served_bundle import ServedBundle, agent_of, check_episode, check_fixed, dist_inputs_folded
 from server_process import ServerProcess, running_server
@@ -72,8 +73,7 @@ def _require(case_id: str, kind: str) -> None:
 
 
 def _name(case_id: str, module_id: str) -> str:
-    suffix = f"-{module_id}" if len(load_case(case_id).module_ids) > 1 else ""
-    return case_id.replace("/", "-") + suffix
+    return served_name(load_case(case_id), module_id)
 
 
 @pytest.fixture(scope="module")
