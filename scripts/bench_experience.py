@@ -4,10 +4,19 @@ Single-observation MLP(256, 256) session steps at c=64 (each connection plays ep
 100 steps: a first step that starts the episode, steps with a reward, the last
 observation with ``terminated``), against two servers up side by side: the experience log
 on (every episode logged, both forms written to a temporary folder) and off. Target: log
-on >= 0.9x log off, in requests per second. Rounds alternate the order (the machine is
-shared and its load drifts); with two or more CPUs the servers run on CPU 0 and the load
-generator on CPU 1, as bench_server.py pins them. After the rounds it prints what the log
-wrote and dropped (its Prometheus counters).
+on >= 0.9x log off, in requests per second. With two or more CPUs the servers run on CPU 0
+and the load generator on CPU 1, as bench_server.py pins them. After the runs it prints
+what the log wrote and dropped (its Prometheus counters).
+
+By default the two servers take turns in short slices (``--slices`` a side of ``--slice``
+seconds, in the order on off off on, ...: ``bench_interleaved.py`` says why): it prints
+each side's requests/s and server CPU per request over all its slices, the ratio of both,
+and the spread of the requests/s ratio over blocks of four slices. The log's writer thread
+runs after the answers it logs, so part of its work falls into the "off" server's next
+slice on the shared core: the requests/s ratio flatters the log a little, and the CPU
+ratio (off / on: the share of a saturated core's throughput the log leaves) is the one
+that counts all of the log's work. ``--method rounds`` runs the earlier design instead:
+``--rounds`` rounds of ``--duration`` seconds a side, alternating the order.
 
 With ``--model lstm`` the steps are the bench LSTM 256's (one session per connection);
 with ``--shadow`` the "on" server also runs a shadow candidate (the same model as version
@@ -16,8 +25,8 @@ the log with the shadow's columns against no log and no shadow (the log's cost a
 shadow's model work together). With ``--shadow-both`` both servers run the shadow and only
 the log differs: what writing the log, shadow columns included, costs a server that shadows.
 
-    python scripts/bench_experience.py [--duration 4] [--rounds 5] [--concurrency 16 64] [--model lstm]
-        [--shadow | --shadow-both]
+    python scripts/bench_experience.py [--slices 40] [--slice 0.5] [--concurrency 16 64] [--model lstm]
+        [--shadow | --shadow-both] [--method rounds --duration 4 --rounds 5]
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
+from bench_interleaved import block_ratios, interleaved, quartiles  # noqa: E402
 from bench_server import _request, build_bundles, obs_row, start_rlserve, stop  # noqa: E402
 from bench_sessions import load  # noqa: E402
 
@@ -90,6 +100,26 @@ def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[
     return ratios, cpu_ratios
 
 
+def turns(on: tuple, off: tuple, c: int, args, rng) -> tuple[float, float]:
+    """The two servers in turns (``bench_interleaved``): the requests/s ratio and the CPU
+    ratio (off / on), each over all slices."""
+    what = " (with its shadow columns; both servers run the shadow)" if args.shadow_both else \
+        (" + shadow" if args.shadow else "")
+    print(f"\n{args.model} 1 obs session steps, experience log{what} on / off (c={c}, {args.slices} slices of "
+          f"{args.slice:g} s a side, in turns)")
+    make = sessions(args.model)
+    got_on, got_off = interleaved([(on[1], on[0].pid), (off[1], off[0].pid)], [make(c, rng), make(c, rng)],
+                                  slices=args.slices, slice_s=args.slice, warmup_s=args.warmup)
+    for side, got in (("on", got_on), ("off", got_off)):
+        print(f"  log {side:3s}: {got['req_s']:7.0f} req/s  server CPU {got['cpu_us']:5.0f} us/request  "
+              f"p50 {got['p50_ms']:.2f} ms  p99 {got['p99_ms']:.1f} ms  errors {got['errors']}", flush=True)
+    ratio, cpu_ratio = got_on["req_s"] / got_off["req_s"], got_off["cpu_us"] / got_on["cpu_us"]
+    low, mid, high = quartiles(block_ratios(got_on, got_off))
+    print(f"  req/s on / off {ratio:.3f} (blocks of four slices: median {mid:.2f}, quartiles {low:.2f}-{high:.2f});"
+          f" server CPU per request off / on {cpu_ratio:.3f}")
+    return ratio, cpu_ratio
+
+
 def counters(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -113,9 +143,12 @@ def main() -> None:
     import numpy as np
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--method", choices=["interleaved", "rounds"], default="interleaved")
+    parser.add_argument("--slices", type=int, default=40, help="interleaved: slices a side")
+    parser.add_argument("--slice", type=float, default=0.5, help="interleaved: seconds a slice")
+    parser.add_argument("--duration", type=float, default=4.0, help="rounds: seconds a round")
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds: rounds a side")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64])
     parser.add_argument("--model", choices=["mlp", "lstm"], default="mlp")
     parser.add_argument("--shadow", action="store_true", help="the log's side runs a shadow candidate too")
@@ -141,6 +174,11 @@ def main() -> None:
         off = start_rlserve(work / "repo", off_env)
         try:
             for c in args.concurrency:
+                if args.method == "interleaved":
+                    ratio, cpu_ratio = turns(on, off, c, args, rng)
+                    print(f"c={c}: log on / off, req/s {ratio:.2f}, server CPU per request off / on {cpu_ratio:.2f} "
+                          f"(target >= 0.9)")
+                    continue
                 ratios, cpu_ratios = paired(on, off, c, args, rng)
                 print(f"c={c}: log on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
                       f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
