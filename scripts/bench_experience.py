@@ -11,7 +11,10 @@ what the log wrote and dropped (its Prometheus counters).
 By default the two servers take turns in short slices (``--slices`` a side of ``--slice``
 seconds, in the order on off off on, ...: ``bench_interleaved.py`` says why): it prints
 each side's requests/s and server CPU per request over all its slices, the ratio of both,
-and the spread of the requests/s ratio over blocks of four slices. The log's writer thread
+and the spread of the requests/s ratio over blocks of four slices. It does so for
+``--pairs`` fresh pairs of servers, one pair after the other, then pools them: two server
+processes differ by several percent from one start to the next even in turns (where their
+memory landed), so one pair alone does not settle a 10% target. The log's writer thread
 runs after the answers it logs, so part of its work falls into the "off" server's next
 slice on the shared core: the requests/s ratio flatters the log a little, and the CPU
 ratio (off / on: the share of a saturated core's throughput the log leaves) is the one
@@ -25,7 +28,7 @@ the log with the shadow's columns against no log and no shadow (the log's cost a
 shadow's model work together). With ``--shadow-both`` both servers run the shadow and only
 the log differs: what writing the log, shadow columns included, costs a server that shadows.
 
-    python scripts/bench_experience.py [--slices 40] [--slice 0.5] [--concurrency 16 64] [--model lstm]
+    python scripts/bench_experience.py [--slices 40] [--slice 0.5] [--pairs 3] [--concurrency 16 64] [--model lstm]
         [--shadow | --shadow-both] [--method rounds --duration 4 --rounds 5]
 """
 
@@ -39,6 +42,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -100,9 +104,8 @@ def paired(on: tuple, off: tuple, c: int, args, rng) -> tuple[list[float], list[
     return ratios, cpu_ratios
 
 
-def turns(on: tuple, off: tuple, c: int, args, rng) -> tuple[float, float]:
-    """The two servers in turns (``bench_interleaved``): the requests/s ratio and the CPU
-    ratio (off / on), each over all slices."""
+def turns(on: tuple, off: tuple, c: int, args, rng) -> tuple[dict, dict]:
+    """The two servers in turns (``bench_interleaved``): what each side measured."""
     what = " (with its shadow columns; both servers run the shadow)" if args.shadow_both else \
         (" + shadow" if args.shadow else "")
     print(f"\n{args.model} 1 obs session steps, experience log{what} on / off (c={c}, {args.slices} slices of "
@@ -117,7 +120,19 @@ def turns(on: tuple, off: tuple, c: int, args, rng) -> tuple[float, float]:
     low, mid, high = quartiles(block_ratios(got_on, got_off))
     print(f"  req/s on / off {ratio:.3f} (blocks of four slices: median {mid:.2f}, quartiles {low:.2f}-{high:.2f});"
           f" server CPU per request off / on {cpu_ratio:.3f}")
-    return ratio, cpu_ratio
+    return got_on, got_off
+
+
+def pooled(runs: list[tuple[dict, dict]], c: int) -> None:
+    """Every pair's figures at ``c`` together: two server processes differ by several percent
+    from one start to the next even in turns, so one pair alone does not settle 10%."""
+    on_req, off_req = sum(a["requests"] for a, _ in runs), sum(b["requests"] for _, b in runs)
+    on_cpu = sum(a["cpu_us"] * a["requests"] for a, _ in runs) / on_req
+    off_cpu = sum(b["cpu_us"] * b["requests"] for _, b in runs) / off_req
+    each = ", ".join(f"{b['cpu_us'] / a['cpu_us']:.3f}" for a, b in runs)
+    req = statistics.fmean(a["req_s"] / b["req_s"] for a, b in runs)
+    print(f"c={c}, {len(runs)} pairs of servers: server CPU per request off / on {off_cpu / on_cpu:.3f} "
+          f"(per pair: {each}); req/s on / off, mean of the pairs, {req:.3f} (target >= 0.9)")
 
 
 def counters(port: int) -> dict[str, float]:
@@ -125,6 +140,25 @@ def counters(port: int) -> dict[str, float]:
         text = response.read().decode()
     found = re.findall(r'^(rlserve_(?:experience|shadow)_[a-z_]+)(\{[^}]*\})? (\S+)$', text, re.M)
     return {f"{name}{labels}": float(value) for name, labels, value in found if not name.endswith("_created")}
+
+
+TOKEN = "bench-experience"  # the servers' admin token, to read the shadow's state
+
+
+def candidate_loaded(port: int, model: str, timeout: float = 120.0) -> None:
+    """Wait until the server's shadow has loaded its candidate: loading costs seconds of CPU,
+    which must not land in either side's measured slices."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/admin/models/{model}/shadow",
+                                     headers={"authorization": f"Bearer {TOKEN}"})
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            state = json.loads(response.read())["state"]
+        if state != "starting" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if state != "running":
+        raise SystemExit(f"the shadow of {model} did not start: {state}")
 
 
 def second_version(repo: Path, model: str) -> None:
@@ -146,6 +180,7 @@ def main() -> None:
     parser.add_argument("--method", choices=["interleaved", "rounds"], default="interleaved")
     parser.add_argument("--slices", type=int, default=40, help="interleaved: slices a side")
     parser.add_argument("--slice", type=float, default=0.5, help="interleaved: seconds a slice")
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved: fresh pairs of servers, one after the other")
     parser.add_argument("--duration", type=float, default=4.0, help="rounds: seconds a round")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5, help="rounds: rounds a side")
@@ -164,35 +199,65 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         build_bundles(work / "repo")
-        log_env, off_env = {"RLSERVE_EXPERIENCE_LOG": str(work / "log")}, {}
+        log_env: dict[str, str] = {}
+        off_env: dict[str, str] = {}
         if args.shadow or args.shadow_both:
             second_version(work / "repo", args.model)
             log_env["RLSERVE_SHADOW"] = json.dumps({args.model: {"candidate": f"{args.model}@1", "version": "2"}})
+            log_env["RLSERVE_ADMIN_TOKEN"] = TOKEN
             if args.shadow_both:
-                off_env["RLSERVE_SHADOW"] = log_env["RLSERVE_SHADOW"]
-        on = start_rlserve(work / "repo", log_env)
-        off = start_rlserve(work / "repo", off_env)
-        try:
-            for c in args.concurrency:
-                if args.method == "interleaved":
-                    ratio, cpu_ratio = turns(on, off, c, args, rng)
-                    print(f"c={c}: log on / off, req/s {ratio:.2f}, server CPU per request off / on {cpu_ratio:.2f} "
-                          f"(target >= 0.9)")
-                    continue
-                ratios, cpu_ratios = paired(on, off, c, args, rng)
-                print(f"c={c}: log on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
-                      f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
-                      f"median {statistics.median(cpu_ratios):.2f}")
-            for side, (_, port) in (("log on", on), ("log off", off)):
-                for name, value in sorted(counters(port).items()):
-                    print(f"  {side}: {name} {value:.0f}")
-        finally:
-            stop(on[0])
-            stop(off[0])
-        files = sorted((work / "log").rglob("*.parquet"))
-        size = sum(f.stat().st_size for f in files)
-        print(f"  {len(files)} Parquet files, {size / 1e6:.1f} MB written")
+                off_env.update(RLSERVE_SHADOW=log_env["RLSERVE_SHADOW"], RLSERVE_ADMIN_TOKEN=TOKEN)
+        if args.method == "rounds":
+            rounds(work, log_env, off_env, args, rng)
+            return
+        runs: dict[int, list[tuple[dict, dict]]] = {c: [] for c in args.concurrency}
+        for pair in range(args.pairs):
+            print(f"\npair {pair + 1} of {args.pairs}: two fresh servers")
+            on = start_rlserve(work / "repo", {**log_env, "RLSERVE_EXPERIENCE_LOG": str(work / f"log{pair}")})
+            off = start_rlserve(work / "repo", off_env)
+            try:
+                for env, (_, port) in ((log_env, on), (off_env, off)):
+                    if "RLSERVE_SHADOW" in env:
+                        candidate_loaded(port, args.model)
+                for c in args.concurrency:
+                    runs[c].append(turns(on, off, c, args, rng))
+                show_counters(on[1], off[1])
+            finally:
+                stop(on[0])
+                stop(off[0])
+        print()
+        for c, got in runs.items():
+            pooled(got, c)
+        written(work)
 
+
+def rounds(work: Path, log_env: dict, off_env: dict, args, rng) -> None:
+    """The earlier design: one pair of servers, rounds of seconds a side."""
+    on = start_rlserve(work / "repo", {**log_env, "RLSERVE_EXPERIENCE_LOG": str(work / "log0")})
+    off = start_rlserve(work / "repo", off_env)
+    try:
+        for c in args.concurrency:
+            ratios, cpu_ratios = paired(on, off, c, args, rng)
+            print(f"c={c}: log on / off, req/s: median {statistics.median(ratios):.2f} (target >= 0.9), rounds "
+                  f"meeting it {sum(r >= 0.9 for r in ratios)}/{len(ratios)}; server CPU per request, off / on: "
+                  f"median {statistics.median(cpu_ratios):.2f}")
+        show_counters(on[1], off[1])
+    finally:
+        stop(on[0])
+        stop(off[0])
+    written(work)
+
+
+def show_counters(on_port: int, off_port: int) -> None:
+    for side, port in (("log on", on_port), ("log off", off_port)):
+        for name, value in sorted(counters(port).items()):
+            print(f"  {side}: {name} {value:.0f}")
+
+
+def written(work: Path) -> None:
+    files = sorted(work.glob("log*/**/*.parquet"))
+    size = sum(f.stat().st_size for f in files)
+    print(f"  {len(files)} Parquet files, {size / 1e6:.1f} MB written")
 
 if __name__ == "__main__":
     main()
