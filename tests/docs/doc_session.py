@@ -161,15 +161,38 @@ class Shell:
         return f"\n(the running server's log ends: {log.read_text(errors='replace')[-1500:]})" if log.exists() else ""
 
     def close(self) -> None:
+        """Stop the page's shell and everything it started. A server the page left running
+        gets SIGTERM and up to ``STOP_S`` to shut down, as a user's Ctrl-C would: a server
+        killed mid-shutdown leaves its unpacked bundles behind in the temporary folder."""
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=20)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
+        deadline = time.monotonic() + STOP_S
+        while _group_running(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+STOP_S = 15.0
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, already exited, do not count)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def error_answer(stdout: str) -> str | None:

@@ -126,6 +126,11 @@ class ServerProcess:
         self.env["PYTHONPATH"] = str(REPO) + os.pathsep + self.env.get("PYTHONPATH", "")
         self.env.setdefault("RLSERVE_LOG_LEVEL", "warning")
         self.env.update(env)
+        # A temporary folder of its own, emptied by ``kill``, ``terminate`` and ``stop``: these tests SIGKILL servers,
+        # which leaves their unpacked bundles (rlsb-*) where no shutdown deletes them.
+        self._scratch: str | None = None
+        if "TMPDIR" not in env:
+            self._scratch = self.env["TMPDIR"] = tempfile.mkdtemp(prefix="rlserve-server-tmp-")
         self.port = port or free_port()
         self.env["RLSERVE_PORT"] = str(self.port)
         self.args = list(args)
@@ -134,6 +139,8 @@ class ServerProcess:
         self.log: IO[bytes] | None = None
 
     def start(self, wait: bool = True) -> ServerProcess:
+        if self._scratch is not None:
+            os.makedirs(self._scratch, exist_ok=True)
         self.log = tempfile.TemporaryFile()
         # Its own process group: kill() and stop() reach its workers too (``--workers``).
         self.proc = subprocess.Popen([*rlserve_command(), "serve", *self.args], cwd=REPO, env=self.env,
@@ -152,6 +159,7 @@ class ServerProcess:
         assert self.proc is not None
         self._kill_group()
         self.proc.wait()
+        self._clear_scratch()
 
     def _kill_group(self) -> None:
         assert self.proc is not None
@@ -170,6 +178,8 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise
+        finally:
+            self._clear_scratch()
 
     def output(self) -> str:
         return _tail(self.log)
@@ -181,3 +191,9 @@ class ServerProcess:
         if self.log is not None:
             self.log.close()
             self.log = None
+        self._clear_scratch()
+
+    def _clear_scratch(self) -> None:
+        """What the killed server left in its temporary folder (start() makes it again)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
