@@ -259,5 +259,6 @@ def written(work: Path) -> None:
     size = sum(f.stat().st_size for f in files)
     print(f"  {len(files)} Parquet files, {size / 1e6:.1f} MB written")
 
+
 if __name__ == "__main__":
     main()

@@ -15,8 +15,8 @@ in flight on each), stops sending at the slice's end and waits for the answers i
 Each side's sessions go on where its last slice left them.
 
 What is measured per side: answers and the slices' wall time (drains included) give
-requests/s; the server's process tree's CPU time (user + system, read from /proc for the
-pids it had at the start, at both ends of the run) over its answers gives CPU per request;
+requests/s; the server's process tree's CPU time (``bench_procs.tree_cpu_seconds``, read at
+both ends of the run) over its answers gives CPU per request;
 latencies give p50 and p99. The CPU figure is the one to trust when one side has work that
 runs after its answers (a writer thread, a shadow's process): work left at the end of a
 slice runs while the other side has its turn on the same core, so it lowers the other
@@ -31,22 +31,9 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from pathlib import Path
 
 import bench_server
-from bench_procs import descendants
-
-
-def tree_ticks(pids: list[int]) -> int:
-    """User + system clock ticks of ``pids`` (and of their children they waited for)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone: its time is lost to both the start and the end reading
-        total += sum(int(x) for x in fields[11:15])
-    return total
+from bench_procs import tree_cpu_seconds
 
 
 def order(slices: int) -> list[int]:
@@ -76,7 +63,7 @@ async def _drive(conns: list, requests: list[list[bytes]], positions: list[int],
     return sum(await asyncio.gather(*(one(k) for k in range(len(conns)))))
 
 
-def _load(ports: list[int], pids: list[list[int]], requests: list[list[list[bytes]]], slices: int,
+def _load(ports: list[int], pids: list[int], requests: list[list[list[bytes]]], slices: int,
           slice_s: float, warmup_s: float, queue) -> None:
     if bench_server.LOAD_CPUS is not None:
         os.sched_setaffinity(0, bench_server.LOAD_CPUS)
@@ -93,7 +80,7 @@ def _load(ports: list[int], pids: list[list[int]], requests: list[list[list[byte
         for s in range(len(ports)):  # warm-up, not counted
             await _drive(conns[s], requests[s], positions[s], time.perf_counter() + warmup_s, [], [])
         sides = [{"requests": 0, "seconds": 0.0, "latencies": [], "errors": [], "slices": []} for _ in ports]
-        ticks = [tree_ticks(p) for p in pids]
+        cpu = [tree_cpu_seconds(pid) for pid in pids]
         for s in order(slices):
             side = sides[s]
             start = time.perf_counter()
@@ -103,17 +90,16 @@ def _load(ports: list[int], pids: list[list[int]], requests: list[list[list[byte
             side["requests"] += count
             side["seconds"] += took
             side["slices"].append(count / took)
-        ticks = [tree_ticks(p) - t for p, t in zip(pids, ticks, strict=True)]
+        cpu = [tree_cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
         for conn in conns:
             for _, writer in conn:
                 writer.close()
-        tick = os.sysconf("SC_CLK_TCK")
         out = []
-        for side, used in zip(sides, ticks, strict=True):
+        for side, used in zip(sides, cpu, strict=True):
             lat = sorted(side["latencies"])
             n = len(lat)
             out.append({"requests": side["requests"], "req_s": side["requests"] / side["seconds"],
-                        "cpu_us": 1e6 * used / tick / max(1, side["requests"]),
+                        "cpu_us": 1e6 * used / max(1, side["requests"]),
                         "p50_ms": 1e3 * lat[n // 2] if n else float("nan"),
                         "p99_ms": 1e3 * lat[min(n - 1, int(n * 0.99))] if n else float("nan"),
                         "errors": len(side["errors"]), "slices": side["slices"]})
@@ -131,7 +117,7 @@ def interleaved(servers: list[tuple[int, int]], requests: list[list[list[bytes]]
     """Load two servers (``(port, pid)`` each) in turns; ``requests[side][conn]``: the cycle
     of requests each connection sends. Per side: requests, req_s, cpu_us (per request),
     p50_ms, p99_ms, errors and each slice's requests/s (``slices``, in order)."""
-    pids = [[pid, *descendants(pid)] for _, pid in servers]
+    pids = [pid for _, pid in servers]
     context = mp.get_context("spawn")
     queue = context.Queue()
     proc = context.Process(target=_load, args=([port for port, _ in servers], pids, requests, slices, slice_s,

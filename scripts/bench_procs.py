@@ -8,8 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+
+def stat_fields() -> Iterator[tuple[int, list[str]]]:
+    """Every process's ``/proc/<pid>/stat`` fields after its name: state, ppid, pgrp, ...,
+    utime at index 11 (``proc(5)``'s numbering less 3). Processes that exit meanwhile are skipped."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            yield int(entry), Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
 
 
 def _table() -> tuple[dict[int, list[int]], dict[int, float]]:
@@ -18,15 +30,9 @@ def _table() -> tuple[dict[int, list[int]], dict[int, float]]:
     kids: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        kids.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    for pid, fields in stat_fields():
+        kids.setdefault(int(fields[1]), []).append(pid)
+        times[pid] = sum(int(x) for x in fields[11:15]) / tick
     return kids, times
 
 

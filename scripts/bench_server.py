@@ -140,11 +140,15 @@ def baseline_root(checkout: Path, workdir: Path) -> Path:
     return root
 
 
-def start_minimal(workdir: Path) -> tuple[subprocess.Popen, int]:
-    (workdir / "minimal_app.py").write_text(MINIMAL_APP)
+def start_minimal(workdir: Path, app: str = MINIMAL_APP, env: dict[str, str] | None = None
+                  ) -> tuple[subprocess.Popen, int]:
+    """uvicorn serving ``app`` (the source of a module with an ASGI ``app``), with ``env``
+    added to this process's environment."""
+    (workdir / "minimal_app.py").write_text(app)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "minimal_app:app", "--port", str(port),
-                             "--log-level", "warning", "--no-access-log"], cwd=workdir, preexec_fn=_pinned)
+                             "--log-level", "warning", "--no-access-log"], cwd=workdir, preexec_fn=_pinned,
+                            env=None if env is None else {**os.environ, **env})
     wait_ready(port, "/", proc)
     return proc, port
 

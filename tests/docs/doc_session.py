@@ -34,6 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doc_blocks import REPO, Block, runnable_blocks  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_procs import stat_fields  # noqa: E402
 from output_match import json_documents, mismatch  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
@@ -183,16 +187,7 @@ STOP_S = 15.0
 
 def _group_running(pgid: int) -> bool:
     """Whether a process of group ``pgid`` still runs (zombies, already exited, do not count)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return any(int(fields[2]) == pgid and fields[0] != "Z" for _, fields in stat_fields())
 
 
 def error_answer(stdout: str) -> str | None:

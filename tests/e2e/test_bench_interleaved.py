@@ -8,8 +8,6 @@ A B B A. Timing is only compared between sides that differ by an order of magnit
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_interleaved import block_ratios, interleaved, order  # noqa: E402
-from bench_server import free_port, stop, wait_ready  # noqa: E402
+from bench_server import start_minimal, stop  # noqa: E402
 
 pytestmark = [pytest.mark.e2e]
 
@@ -42,15 +40,6 @@ async def app(scope, receive, send):
 '''
 
 
-def _server(folder: Path, burn_s: float) -> tuple[subprocess.Popen, int]:
-    (folder / "burn_app.py").write_text(APP)
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "burn_app:app", "--port", str(port), "--log-level",
-                             "warning", "--no-access-log"], cwd=folder, env={**os.environ, "BURN_S": str(burn_s)})
-    wait_ready(port, "/", proc)
-    return proc, port
-
-
 def test_turns_go_a_b_b_a() -> None:
     assert order(3) == [0, 1, 1, 0, 0, 1]
     assert order(4).count(0) == order(4).count(1) == 4
@@ -59,7 +48,8 @@ def test_turns_go_a_b_b_a() -> None:
 def test_each_side_gets_its_own_requests_and_cpu(tmp_path: Path) -> None:
     (tmp_path / "fast").mkdir()
     (tmp_path / "slow").mkdir()
-    fast, slow = _server(tmp_path / "fast", 0.0), _server(tmp_path / "slow", 0.002)
+    fast = start_minimal(tmp_path / "fast", APP, {"BURN_S": "0"})
+    slow = start_minimal(tmp_path / "slow", APP, {"BURN_S": "0.002"})
     try:
         request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
         got_fast, got_slow = interleaved([(fast[1], fast[0].pid), (slow[1], slow[0].pid)],
