@@ -34,6 +34,7 @@ import time
 
 import bench_server
 from bench_procs import tree_cpu_seconds
+from bench_server import read_answer
 
 
 def order(slices: int) -> list[int]:
@@ -51,12 +52,10 @@ async def _drive(conns: list, requests: list[list[bytes]], positions: list[int],
             start = time.perf_counter()
             writer.write(cycle[positions[k] % len(cycle)])
             positions[k] += 1
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
-            await reader.readexactly(length)
+            status, _ = await read_answer(reader)
             latencies.append(time.perf_counter() - start)
-            if head[9:12] != b"200":
-                errors.append(int(head[9:12]))
+            if status != 200:
+                errors.append(status)
             count += 1
         return count
 

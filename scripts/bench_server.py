@@ -163,15 +163,28 @@ def stop(proc: subprocess.Popen) -> None:
 
 # --------------------------------------------------------------------------- load generator
 
-async def _read_chunks(reader: asyncio.StreamReader) -> None:
+async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
     """A chunked body, up to its last (empty) chunk and the blank line after it."""
+    parts = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
         if size == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":  # trailer fields, if any
                 pass
-            return
-        await reader.readexactly(size + 2)
+            return b"".join(parts)
+        parts.append((await reader.readexactly(size + 2))[:-2])
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 answer on a keep-alive connection: its status and its body (by its
+    content-length, or chunked, as Ray Serve's proxy answers)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            return int(head[9:12]), await reader.readexactly(int(line[15:]))
+    if b"transfer-encoding: chunked" in head.lower():
+        return int(head[9:12]), await _read_chunks(reader)
+    raise RuntimeError(f"response without content-length: {head!r}")
 
 
 async def _connection(port: int, requests: list[bytes], stop_at: float, warm_until: float,
@@ -184,18 +197,7 @@ async def _connection(port: int, requests: list[bytes], stop_at: float, warm_unt
             break
         writer.write(requests[i % len(requests)])
         i += 1
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = -1
-        status = int(head[9:12])
-        for line in head.split(b"\r\n"):
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-        if length >= 0:
-            await reader.readexactly(length)
-        elif b"transfer-encoding: chunked" in head.lower():  # Ray Serve's proxy answers so
-            await _read_chunks(reader)
-        else:
-            raise RuntimeError(f"response without content-length: {head!r}")
+        status, _ = await read_answer(reader)
         done = time.perf_counter()
         total[0] += 1
         # Only answers inside the measured window count: a request still in flight at its

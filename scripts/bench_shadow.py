@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
 from bench_experience import second_version  # noqa: E402
-from bench_server import build_bundles, lstm_sessions, run_load, start_rlserve, stop  # noqa: E402
+from bench_server import build_bundles, lstm_sessions, read_answer, run_load, start_rlserve, stop  # noqa: E402
 
 TOKEN = "bench-shadow"
 
@@ -67,14 +67,12 @@ async def _paced(port: int, requests: list[bytes], interval: float, start: float
             await asyncio.sleep(delay)
         writer.write(requests[i % len(requests)])
         i += 1
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line[15:]) for line in head.split(b"\r\n") if line[:15].lower() == b"content-length:")
-        await reader.readexactly(length)
+        status, _ = await read_answer(reader)
         done = time.perf_counter()
         if warm_until < due:
             latencies.append(done - due)  # from the scheduled send: a late send counts as waiting
-            if head[9:12] != b"200":
-                errors.append(int(head[9:12]))
+            if status != 200:
+                errors.append(status)
         due += interval
 
 

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_procs import tree_cpu_seconds  # noqa: E402
-from bench_server import _pinned, free_port, stop, wait_ready  # noqa: E402
+from bench_server import _pinned, free_port, read_answer, stop, wait_ready  # noqa: E402
 from bench_ws import ws_frame, ws_read  # noqa: E402
 
 OBSERVATION = {"cartpole-memory": [0.01, -0.02], "cartpole": [0.01, -0.02, 0.03, 0.04]}
@@ -70,11 +70,9 @@ async def _http_env(port: int, model: str, obs: list[float], stop_at: float, war
     count, message = 0, first
     while (now := time.perf_counter()) < stop_at:
         writer.write(message)
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
-        body = await reader.readexactly(length)
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"HTTP act refused: {head[:40]!r} {body[:200]!r}")
+        status, body = await read_answer(reader)
+        if status != 200:
+            raise RuntimeError(f"HTTP act refused: {status} {body[:200]!r}")
         if now >= warm_until:
             latencies.append(time.perf_counter() - now)
         count, message = count + 1, step
