@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,16 @@ def load_parquet() -> None:
     """Import pyarrow's Parquet writer and what pyarrow imports lazily at its first use (see
     ``ExperienceLog``): the first array built from numpy imports pandas and pyarrow.compute,
     which in the writer thread cost a second and a half of CPU under load and, imported after
-    ``gc.freeze``, left every full collection scanning pandas from then on (measured)."""
+    ``gc.freeze``, left every full collection scanning pandas from then on (measured).
+
+    Called before anything else of the process imports pyarrow, it also picks the allocator
+    Arrow's C++ code uses for good (``ARROW_DEFAULT_MEMORY_POOL``, unless set): the C
+    library's. Arrow's own default, mimalloc, hands a file's freed buffers back to the system
+    at once, so each file (one a second) faulted in and zeroed fresh 2 MB pages, about a fifth
+    of the writer thread's CPU; the C library's allocator keeps them for the next file
+    (docs/benchmarks-history.md has the runs)."""
+    if "pyarrow" not in sys.modules:
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     import io
 
     import numpy as np

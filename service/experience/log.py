@@ -37,9 +37,9 @@ class ExperienceLog:
         # thousands of objects are then in place when `rlserve serve` moves everything loaded
         # at start out of the garbage collector's view (gc.freeze), instead of being scanned
         # by every full collection while the server runs.
+        files.load_parquet()  # first: it picks pyarrow's allocator before pyarrow is imported
         from rlserve.service.experience import tables  # noqa: F401
 
-        files.load_parquet()
         self.root = root
         self.sample = sample
         self.models = dict(models or {})
