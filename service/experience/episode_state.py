@@ -21,6 +21,7 @@ The segment's data (``finalized``: numpy arrays, no lookback):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -32,51 +33,70 @@ from rlserve.service.experience.records import TERMINATED, TRUNCATED, Fields, Mo
 _NO_INFO: dict[str, Any] = {}  # one object for every step's info: nothing new for the collector
 
 
-def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
-    """The segment's state as msgpack: msgspec's encoder (half the CPU of msgpack's), with
+def encode_segments(model: ModelLog, segments: list[list[Transition]]) -> list[bytes]:
+    """Each segment's state as msgpack: msgspec's encoder (half the CPU of msgpack's), with
     the bytes ``msgpack.packb(state, default=_encode_array)`` writes (tests check they agree)."""
-    return _ENCODER.encode(segment_state(model, segment))
+    return [_ENCODER.encode(state) for state in segment_states(model, segments)]
+
+
+def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
+    return encode_segments(model, [segment])[0]
 
 
 def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
-    f = Fields(segment)
-    n = len(segment)
+    return next(segment_states(model, [segment]))
+
+
+def segment_states(model: ModelLog, segments: list[list[Transition]]) -> Iterator[dict[str, Any]]:
+    """The segments' states, one after the other. The transitions' fields are read, and their
+    numbers converted to arrays, once for all the segments (a write holds a hundred or more);
+    each state holds its segment's slices of them."""
+    f = Fields([transition for segment in segments for transition in segment])
     obs_space, action_space = model.obs_space, model.action_space
-    last = f.end[-1]
-    first_t = f.t[0]
-    return {
-        "id_": f.eps_id[0],
-        # A policy set's agent is written as a single-agent episode of its own (RLlib's
-        # offline reader takes no multi-agent episodes), with its agent and module id.
-        "agent_id": f.agent_id[0],
-        "module_id": f.module_id[0],
-        "multi_agent_episode_id": None,
-        "observations": _buffer(space_columns.stack(obs_space, [*f.obs, f.next_obs[-1]])),
-        "actions": _buffer(space_columns.stack(action_space, f.action)),
-        "rewards": _buffer(np.array(f.reward, np.float32)),
-        "infos": _buffer([_NO_INFO] * (n + 1)),
-        "extra_model_outputs": {
-            "action_logp": _buffer(np.array(f.logp, np.float32)),
-            "actions_for_env": _buffer(space_columns.stack(action_space, f.env_action)),
-        },
-        "is_terminated": last == TERMINATED,
-        "is_truncated": last == TRUNCATED,
-        "t_started": first_t,
-        "t": first_t + n,
-        "_observation_space": None,
-        "_action_space": None,
-        "_start_time": f.time[0],
-        "_last_step_time": f.time[-1],
-        # Per step, what a reader wants besides the trajectory (never batched by a learner).
-        "custom_data": {
-            "model": model.name,
-            "event_ids": list(f.event_id),
-            "versions": list(f.version),
-            "times": np.array(f.time, np.float64),
-            "values": np.array(f.value, np.float64),
-            "explore": np.array(f.explore, np.bool_),
-        },
-    }
+    actions = space_columns.stack(action_space, f.action)
+    env_actions = actions if f.env_action is f.action else space_columns.stack(action_space, f.env_action)
+    rewards, logp = np.array(f.reward, np.float32), np.array(f.logp, np.float32)
+    times, values = np.array(f.time, np.float64), np.array(f.value, np.float64)
+    explore = np.array(f.explore, np.bool_)
+    start = 0
+    for segment in segments:
+        end = start + len(segment)
+        last = f.end[end - 1]
+        first_t = f.t[start]
+        yield {
+            "id_": f.eps_id[start],
+            # A policy set's agent is written as a single-agent episode of its own (RLlib's
+            # offline reader takes no multi-agent episodes), with its agent and module id.
+            "agent_id": f.agent_id[start],
+            "module_id": f.module_id[start],
+            "multi_agent_episode_id": None,
+            "observations": _buffer(space_columns.stack(obs_space, [*f.obs[start:end], f.next_obs[end - 1]])),
+            "actions": _buffer(actions[start:end]),
+            "rewards": _buffer(rewards[start:end]),
+            "infos": _buffer([_NO_INFO] * (end - start + 1)),
+            "extra_model_outputs": {
+                "action_logp": _buffer(logp[start:end]),
+                "actions_for_env": _buffer(env_actions[start:end]),
+            },
+            "is_terminated": last == TERMINATED,
+            "is_truncated": last == TRUNCATED,
+            "t_started": first_t,
+            "t": first_t + end - start,
+            "_observation_space": None,
+            "_action_space": None,
+            "_start_time": f.time[start],
+            "_last_step_time": f.time[end - 1],
+            # Per step, what a reader wants besides the trajectory (never batched by a learner).
+            "custom_data": {
+                "model": model.name,
+                "event_ids": f.event_id[start:end],
+                "versions": f.version[start:end],
+                "times": times[start:end],
+                "values": values[start:end],
+                "explore": explore[start:end],
+            },
+        }
+        start = end
 
 
 def _buffer(data: Any) -> dict[str, Any]:

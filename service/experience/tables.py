@@ -93,7 +93,7 @@ EPISODES_SCHEMA = pa.schema([
 
 
 def episodes_table(model: ModelLog, segments: list[list[Transition]]) -> pa.Table:
-    items = [episode_state.encode_segment(model, segment) for segment in segments]
+    items = episode_state.encode_segments(model, segments)
     first = [segment[0].step for segment in segments]
     last = [segment[-1] for segment in segments]
     columns = {
