@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -208,3 +209,26 @@ print(sorted(set(sys.modules) - before))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert _files(tmp_path, "columns") and _files(tmp_path, "episodes")
+
+
+def test_a_log_has_arrows_code_allocate_with_the_c_library_unless_told_otherwise(tmp_path: Path) -> None:
+    """``files.load_parquet`` picks Arrow's process-wide allocator before pyarrow's first import
+    (mimalloc re-faulted every file's pages): the Parquet writer's own buffers then come from
+    the C library's allocator, not mimalloc; a value the user set is kept."""
+    program = (
+        "import sys, pathlib, io\n"
+        "from rlserve.service.experience.log import ExperienceLog\n"
+        "log = ExperienceLog(pathlib.Path(sys.argv[1]))\n"
+        "import pyarrow as pa, pyarrow.parquet as pq\n"
+        "mimalloc = pa.mimalloc_memory_pool(); before = mimalloc.num_allocations()\n"
+        "pq.write_table(pa.table({'x': pa.array(range(10000))}), io.BytesIO())\n"
+        "print(pa.default_memory_pool().backend_name, mimalloc.num_allocations() - before)\n"
+        "log.writer.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    chosen = subprocess.run([sys.executable, "-c", program, str(tmp_path / "a")], env=env, capture_output=True,
+                            text=True, timeout=120, check=True).stdout.split()
+    assert chosen == ["system", "0"]
+    kept = subprocess.run([sys.executable, "-c", program, str(tmp_path / "b")],
+                          env={**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, capture_output=True, text=True,
+                          timeout=120, check=True).stdout.split()
+    assert kept[0] == "mimalloc" and int(kept[1]) > 0
