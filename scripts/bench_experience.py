@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -52,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
 from bench_interleaved import block_ratios, interleaved, quartiles  # noqa: E402
+from bench_report import machine_line  # noqa: E402
 from bench_server import _request, build_bundles, obs_row, start_rlserve, stop  # noqa: E402
 from bench_sessions import load  # noqa: E402
 
@@ -192,8 +192,7 @@ def main() -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
-          f"(shared with other work: compare within this run)")
+    print(machine_line())
     if args.pin:
         bench_server.SERVER_CPUS, bench_server.LOAD_CPUS = {0}, {1}
     with tempfile.TemporaryDirectory() as tmp:

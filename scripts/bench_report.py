@@ -32,6 +32,13 @@ def cpu_model() -> str:
     return "?"
 
 
+def machine_line() -> str:
+    """The first line of a side-by-side benchmark: the machine it ran on, which its ratios
+    need (speeds are compared within the run only)."""
+    return (f"machine: {platform.machine()} {cpu_model()} cpus={os.cpu_count()} python={platform.python_version()} "
+            f"(shared with other work: compare within this run)")
+
+
 def machine_state(label: str) -> None:
     """What a reader needs to judge the numbers: when, on what, how busy, which code."""
     cpu = cpu_model()

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -49,6 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
+from bench_report import machine_line  # noqa: E402
 from bench_server import (  # noqa: E402
     MINIMAL_APP,
     build_bundles,
@@ -184,8 +184,7 @@ def main() -> None:
     wanted = set(args.only or ["store", "workers", "memory"])
     rng = np.random.default_rng(0)
     c = args.concurrency
-    print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
-          f"(shared with other work: compare within this run)")
+    print(machine_line())
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         repo = work / "repo"

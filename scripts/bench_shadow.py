@@ -20,7 +20,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import bench_server  # noqa: E402
 from bench_experience import second_version  # noqa: E402
+from bench_report import machine_line  # noqa: E402
 from bench_server import build_bundles, lstm_sessions, read_answer, run_load, start_rlserve, stop  # noqa: E402
 
 TOKEN = "bench-shadow"
@@ -127,8 +127,7 @@ def main() -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()} "
-          f"(shared with other work: compare within this run)")
+    print(machine_line())
     if args.pin:
         bench_server.SERVER_CPUS, bench_server.LOAD_CPUS = {0}, {1}
     with tempfile.TemporaryDirectory() as tmp:
