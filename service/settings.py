@@ -178,7 +178,7 @@ class Settings(BaseSettings):
     experience_queue_rows: int = Field(65536, ge=1)  # transitions waiting for the writer, then dropped
     experience_roll_s: float = Field(60.0, gt=0.0)  # the longest a row waits in memory for its file
     experience_roll_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # or this many bytes
-    experience_flush_s: float = Field(1.0, ge=0.0)  # an ended episode is written this soon
+    experience_flush_s: float = Field(1.0, ge=0.0)  # what waits (transitions, ended episodes) is written this soon
     # Shadows started once the models are loaded (docs/api.md, "Shadow"): JSON
     # {"live model": {"candidate": "model[@version]", "version"?: "live version", "queue_rows"?: N}}.
     shadow: dict[str, dict[str, Any]] = {}

@@ -9,12 +9,14 @@ so a slow or failing disk never slows or fails a request. The thread keeps per m
 - the delayed rewards reported for logged steps,
 - a shadow candidate's scores of logged steps (``rlserve.service.shadow``),
 
-and writes them (``rlserve.service.experience.files``, atomically) when an episode ended
-and ``flush_s`` passed since the last write, when ``roll_s`` passed since the oldest row
-waiting arrived, when ``roll_bytes`` are waiting, and on ``flush``/``close`` (drain and
-shutdown). A time or size roll and a flush also cut the open segments: the rest of an
-episode is a later segment of it, with the same ``eps_id`` (``t_started`` says where it
-starts). A write that fails drops what it held, counts the rows and logs why.
+and writes them (``rlserve.service.experience.files``, atomically) when ``flush_s`` passed
+since the last write (what waits: transitions, ended segments, rewards, scores; an episode
+still going on keeps its open segment), when ``roll_s`` passed since the oldest row waiting
+arrived or the oldest open segment opened, when ``roll_bytes`` wait or open segments hold
+that much, and on ``flush``/``close`` (drain and shutdown).
+A time or size roll and a flush also cut the open segments: the rest of an episode is a
+later segment of it, with the same ``eps_id`` (``t_started`` says where it starts). A write
+that fails drops what it held, counts the rows and logs why.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,13 @@ from rlserve.service.experience.records import ModelLog, RewardEvent, ShadowScor
 log = logging.getLogger("rlserve.experience")
 
 POLL_S = 0.05  # how often the thread takes what was queued (the request path never wakes it)
+# A write of more transitions than this (a roll of long episodes) goes out as files of about
+# this many, the thread sleeping PACE times the CPU each took between them (at most
+# MAX_PAUSE_S): built at once, a minute of rows took the core from requests for a third of a
+# second (measured, docs/benchmarks-history.md). ``flush`` and ``close`` do not pause.
+PART_ROWS = 16_384
+PACE = 2.0
+MAX_PAUSE_S = 0.5
 WARN_EVERY_S = 10.0  # at most one warning about dropped rows this often
 
 
@@ -53,9 +63,12 @@ class _Buffer:
     finished: list[list[Transition]] = field(default_factory=list)
     rewards: list[RewardEvent] = field(default_factory=list)
     shadow: list[ShadowScore] = field(default_factory=list)
-    nbytes: int = 0
-    since: float | None = None  # monotonic time the oldest waiting row arrived
-    ended: bool = False  # an episode ended since the last write
+    nbytes: int = 0  # what ``rows`` cost (``row_bytes`` each): written at every write
+    since: float | None = None  # monotonic time the oldest row, reward or score waiting arrived
+    # The open segments outlive writes until their episode ends or a roll cuts them: how many
+    # transitions they hold, and when each was opened (``open`` keeps the order they opened in).
+    open_rows: int = 0
+    opened: dict[str, float] = field(default_factory=dict)
 
     def extend(self, transitions: list[Transition], size: int, now: float) -> None:
         """Take a batch's transitions (``size``: what one costs, ``row_bytes``)."""
@@ -63,26 +76,42 @@ class _Buffer:
         self.nbytes += size * len(transitions)
         if self.since is None:
             self.since = now
-        open_, finished = self.open, self.finished
+        open_, finished, opened = self.open, self.finished, self.opened
+        held = self.open_rows + len(transitions)
         for transition in transitions:
             step = transition.step
             eps_id = step.eps_id
             segment = open_.get(eps_id)
-            if segment is None:
-                open_[eps_id] = [transition]
-            elif segment[-1].step.t != step.t - 1:
+            if segment is not None and segment[-1].step.t != step.t - 1:
                 # The episode went on elsewhere meanwhile (another replica): the part held
                 # here is one segment, this step starts the next.
-                finished.append(segment)
-                open_[eps_id] = [transition]
+                finished.append(open_.pop(eps_id))
+                held -= len(segment)
+                segment = None
+            if segment is None:
+                open_[eps_id] = segment = [transition]
+                opened[eps_id] = now
             else:
                 segment.append(transition)
             if transition.end:
                 finished.append(open_.pop(eps_id))
-                self.ended = True
+                del opened[eps_id]
+                held -= len(segment)
+        self.open_rows = held
+
+    def oldest_open(self) -> float | None:
+        """When the oldest open segment was opened (None: none is open)."""
+        return self.opened[next(iter(self.open))] if self.open else None
 
     def empty(self) -> bool:
-        return not (self.rows or self.open or self.finished or self.rewards or self.shadow)
+        return not (self.open or self.waiting())
+
+    def waiting(self) -> bool:
+        """Whether anything but open segments waits: what a write at ``flush_s`` takes. The
+        transitions of episodes that never end (continuing tasks, clients that never send
+        ``terminated``) go out then too, not only at a roll (a minute of rows at once, which
+        stalled requests on a busy core: measured, docs/benchmarks-history.md)."""
+        return bool(self.rows or self.finished or self.rewards or self.shadow)
 
 
 class ExperienceWriter:
@@ -210,30 +239,46 @@ class ExperienceWriter:
         for model, buffer in list(self._buffers.items()):
             if buffer.empty():
                 continue
-            rolled = force or buffer.nbytes >= self.roll_bytes or (
-                buffer.since is not None and now - buffer.since >= self.roll_s)
-            if rolled or (buffer.ended and now - self._last_write >= self.flush_s):
-                self._write(model, buffer, cut=rolled)
+            # A roll bounds both what waits for the next write and what open segments hold
+            # across writes (else an episode that never ends, or one restarted without its
+            # end, would be held for good).
+            size = self._row_bytes.get(model, 0)
+            oldest = buffer.oldest_open()
+            rolled = force or max(buffer.nbytes, buffer.open_rows * size) >= self.roll_bytes or any(
+                t is not None and now - t >= self.roll_s for t in (buffer.since, oldest))
+            if rolled or (buffer.waiting() and now - self._last_write >= self.flush_s):
+                self._write(model, buffer, cut=rolled, pace=not force)
 
-    def _write(self, model: ModelLog, buffer: _Buffer, cut: bool) -> None:
+    def _write(self, model: ModelLog, buffer: _Buffer, cut: bool, pace: bool = False) -> None:
         from rlserve.service.experience import tables  # pyarrow: only a server that logs needs it
 
         if cut:
             buffer.finished.extend(buffer.open.values())
             buffer.open.clear()
+            buffer.opened.clear()
+            buffer.open_rows = 0
         rows, segments, rewards, shadow = buffer.rows, buffer.finished, buffer.rewards, buffer.shadow
         buffer.rows, buffer.finished, buffer.rewards, buffer.shadow = [], [], [], []
-        buffer.nbytes, buffer.ended = 0, False
-        buffer.since = self._clock() if buffer.open else None
+        buffer.nbytes = 0
+        buffer.since = None
         self._last_write = self._clock()
-        if rows:
-            self._emit(model, "columns", lambda: tables.columns_table(model, rows), len(rows))
-        if segments:
-            self._emit(model, "episodes", lambda: tables.episodes_table(model, segments), len(segments))
+        row_parts, segment_parts = _split(rows), _split(segments, len)
+        jobs: deque[tuple[str, Callable[[], Any], int]] = deque()
+        jobs.extend(("columns", partial(tables.columns_table, model, part), len(part)) for part in row_parts)
+        jobs.extend(("episodes", partial(tables.episodes_table, model, part), len(part)) for part in segment_parts)
         if rewards:
-            self._emit(model, "rewards", lambda: tables.rewards_table(rewards), len(rewards))
+            jobs.append(("rewards", partial(tables.rewards_table, rewards), len(rewards)))
         if shadow:
-            self._emit(model, "shadow", lambda: tables.shadow_table(model, shadow), len(shadow))
+            jobs.append(("shadow", partial(tables.shadow_table, model, shadow), len(shadow)))
+        paced = pace and max(len(row_parts), len(segment_parts)) > 1
+        del rows, segments, row_parts, segment_parts  # each part's rows are freed once it is written
+        while jobs:
+            form, build, count = jobs.popleft()
+            cpu = time.thread_time()
+            self._emit(model, form, build, count)
+            del build
+            if paced and jobs:
+                time.sleep(min(MAX_PAUSE_S, PACE * (time.thread_time() - cpu)))
 
     def _emit(self, model: ModelLog, form: str, build: Callable[[], Any], count: int) -> None:
         self._seq += 1
@@ -257,3 +302,22 @@ class ExperienceWriter:
             self._warned = now
             log.warning("experience log: dropped %d rows (%s%s); %s so far", count, reason,
                         f": {why}" if why else "", self.dropped)
+
+
+def _split(items: list[Any], rows: Callable[[Any], int] | None = None) -> list[list[Any]]:
+    """``items`` in parts of about ``PART_ROWS`` rows (``rows``: an item's; None: one each), in order."""
+    if rows is None:
+        return [items[i:i + PART_ROWS] for i in range(0, len(items), PART_ROWS)] if len(items) > PART_ROWS \
+            else [items] if items else []
+    parts: list[list[Any]] = []
+    part: list[Any] = []
+    held = 0
+    for item in items:
+        part.append(item)
+        held += rows(item)
+        if held >= PART_ROWS:
+            parts.append(part)
+            part, held = [], 0
+    if part:
+        parts.append(part)
+    return parts

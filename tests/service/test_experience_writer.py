@@ -14,7 +14,14 @@ import pyarrow.parquet as pq
 from gymnasium import spaces as gs
 
 from rlserve.service.experience import files, reader
-from rlserve.service.experience.records import TERMINATED, ModelLog, RewardEvent, Transition, row_bytes
+from rlserve.service.experience.records import (
+    TERMINATED,
+    ModelLog,
+    RewardEvent,
+    ShadowScore,
+    Transition,
+    row_bytes,
+)
 from rlserve.service.experience.trail import Trail
 from rlserve.service.experience.writer import ExperienceWriter
 
@@ -66,6 +73,76 @@ def test_an_ended_episode_is_written_in_both_forms_and_reads_back(tmp_path):
     assert joined.whole and len(joined) == 7 and joined.segments == 1
     assert joined.rewards == [1.0 + t for t in range(7)]
     assert not list((tmp_path / files.INCOMING).iterdir())  # no temporary file left behind
+
+
+def test_an_episode_still_going_on_has_its_transitions_written_at_flush_s_not_at_a_roll(tmp_path):
+    """Continuing tasks never end an episode: their transitions still reach the columns form
+    within ``flush_s`` (the open segment waits for the episode's end or a roll), and a
+    shadow's scores, which end no episode, too."""
+    writer = ExperienceWriter(tmp_path, flush_s=0.05, roll_s=3600.0)
+    model = _model(tmp_path)
+    episode = _episode("endless", 6, ends=False)
+    try:
+        writer.offer(model, episode[:3])
+        _wait(lambda: _files(tmp_path, "columns"))
+        assert not _files(tmp_path, "episodes")  # the segment is open: no episodes row yet
+        written = reader.transitions(tmp_path, "cartpole").column("t").to_pylist()
+        assert written == [0, 1, 2]
+        writer.offer(model, episode[3:])
+        _wait(lambda: len(_files(tmp_path, "columns")) == 2)
+        assert not _files(tmp_path, "episodes")
+        dist_inputs = np.zeros(2, np.float32).tobytes()
+        writer.offer_shadow(model, [ShadowScore("endless/0", "cartpole@2", -0.5, 1, dist_inputs, 1.0)])
+        _wait(lambda: _files(tmp_path, "shadow"))
+    finally:
+        writer.close()  # shutdown cuts the open segment
+    assert reader.transitions(tmp_path, "cartpole").column("t").to_pylist() == list(range(6))
+    [joined] = reader.episodes(tmp_path, "cartpole")
+    assert joined.segments == 1 and len(joined) == 6 and not joined.whole
+
+
+def test_an_open_segment_is_cut_at_roll_s_however_often_other_rows_are_written(tmp_path):
+    """An episode restarted without its end (or one that never ends) keeps an open segment:
+    files written every ``flush_s`` for other episodes do not restart its clock, so a time
+    roll still writes it within ``roll_s`` and the writer stops holding it."""
+    writer = ExperienceWriter(tmp_path, flush_s=0.0, roll_s=0.4)
+    model = _model(tmp_path)
+    try:
+        writer.offer(model, _episode("dangling", 3, ends=False))
+        deadline = time.monotonic() + 10.0
+        k = 0
+        while not _files(tmp_path, "episodes") or "dangling" not in _episode_ids(tmp_path):
+            assert time.monotonic() < deadline, "the open segment was never cut"
+            writer.offer(model, _episode(f"short-{k}", 2))  # ends: a file every turn of the thread
+            k += 1
+            time.sleep(0.05)
+        assert k >= 6  # several files were written before the roll
+    finally:
+        writer.close()
+
+
+def test_open_segments_count_toward_roll_bytes_across_writes(tmp_path):
+    """The rows of an episode still going on are written at every ``flush_s``, but its open
+    segment holds them until a roll: ``roll_bytes`` bounds what it holds too."""
+    model = _model(tmp_path)
+    writer = ExperienceWriter(tmp_path, roll_bytes=5 * row_bytes(model), roll_s=3600.0, flush_s=0.0)
+    episode = _episode("held", 7, ends=False)
+    try:
+        writer.offer(model, episode[:3])
+        _wait(lambda: _files(tmp_path, "columns"))
+        assert not _files(tmp_path, "episodes")
+        writer.offer(model, episode[3:5])  # 2 rows wait, 5 are held: the size is reached
+        _wait(lambda: _files(tmp_path, "episodes"))
+        segments = pq.ParquetDataset(tmp_path / "cartpole" / "episodes").read()
+        assert segments.column("length").to_pylist() == [5]
+        writer.offer(model, episode[5:])
+    finally:
+        writer.close()
+    assert reader.transitions(tmp_path, "cartpole").column("t").to_pylist() == list(range(7))
+
+
+def _episode_ids(root: Path) -> list[str]:
+    return pq.ParquetDataset(root / "cartpole" / "episodes").read().column("eps_id").to_pylist()
 
 
 def test_a_time_roll_cuts_open_episodes_into_segments_that_join(tmp_path):
@@ -232,3 +309,24 @@ def test_a_log_has_arrows_code_allocate_with_the_c_library_unless_told_otherwise
                           env={**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, capture_output=True, text=True,
                           timeout=120, check=True).stdout.split()
     assert kept[0] == "mimalloc" and int(kept[1]) > 0
+
+
+def test_a_large_write_goes_out_in_parts_and_loses_nothing(tmp_path, monkeypatch):
+    """A write of more than ``PART_ROWS`` transitions (a roll of long episodes) is several
+    files of about that many rows each, paced; every row and segment is in one of them."""
+    from rlserve.service.experience import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "PART_ROWS", 4)
+    writer = ExperienceWriter(tmp_path, roll_s=0.2, flush_s=3600.0)
+    model = _model(tmp_path)
+    try:
+        for name in ("p", "q", "r"):
+            writer.offer(model, _episode(name, 5, ends=False))
+        _wait(lambda: len(_files(tmp_path, "episodes")) >= 3)  # the roll: 15 rows, 3 open segments
+    finally:
+        writer.close()
+    columns = [pq.read_table(path).num_rows for path in _files(tmp_path, "columns")]
+    assert columns == [4, 4, 4, 3]
+    assert [pq.read_table(path).num_rows for path in _files(tmp_path, "episodes")] == [1, 1, 1]
+    assert sorted(reader.transitions(tmp_path, "cartpole").column("eps_id").to_pylist()) == \
+        sorted(["p"] * 5 + ["q"] * 5 + ["r"] * 5)
