@@ -39,14 +39,6 @@ def encode_segments(model: ModelLog, segments: list[list[Transition]]) -> list[b
     return [_ENCODER.encode(state) for state in segment_states(model, segments)]
 
 
-def encode_segment(model: ModelLog, segment: list[Transition]) -> bytes:
-    return encode_segments(model, [segment])[0]
-
-
-def segment_state(model: ModelLog, segment: list[Transition]) -> dict[str, Any]:
-    return next(segment_states(model, [segment]))
-
-
 def segment_states(model: ModelLog, segments: list[list[Transition]]) -> Iterator[dict[str, Any]]:
     """The segments' states, one after the other. The transitions' fields are read, and their
     numbers converted to arrays, once for all the segments (a write holds a hundred or more);

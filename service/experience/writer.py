@@ -13,10 +13,10 @@ and writes them (``rlserve.service.experience.files``, atomically) when ``flush_
 since the last write (what waits: transitions, ended segments, rewards, scores; an episode
 still going on keeps its open segment), when ``roll_s`` passed since the oldest row waiting
 arrived or the oldest open segment opened, when ``roll_bytes`` wait or open segments hold
-that much, and on ``flush``/``close`` (drain and shutdown).
-A time or size roll and a flush also cut the open segments: the rest of an episode is a
-later segment of it, with the same ``eps_id`` (``t_started`` says where it starts). A write
-that fails drops what it held, counts the rows and logs why.
+that much, and on ``flush``/``close`` (drain and shutdown). A time or size roll and a flush
+also cut the open segments: the rest of an episode is a later segment of it, with the same
+``eps_id`` (``t_started`` says where it starts). A write that fails drops what it held,
+counts the rows and logs why.
 """
 
 from __future__ import annotations
@@ -307,8 +307,7 @@ class ExperienceWriter:
 def _split(items: list[Any], rows: Callable[[Any], int] | None = None) -> list[list[Any]]:
     """``items`` in parts of about ``PART_ROWS`` rows (``rows``: an item's; None: one each), in order."""
     if rows is None:
-        return [items[i:i + PART_ROWS] for i in range(0, len(items), PART_ROWS)] if len(items) > PART_ROWS \
-            else [items] if items else []
+        return [items[i:i + PART_ROWS] for i in range(0, len(items), PART_ROWS)]
     parts: list[list[Any]] = []
     part: list[Any] = []
     held = 0

@@ -135,6 +135,11 @@ def test_an_item_is_the_bytes_msgpack_writes_for_the_same_state() -> None:
                                           np.str_("1"), np.float64(2.0 + r.step.t)), r.next_obs, 1.0, r.end)
                          for r in segment]
     for model, rows in ((CARTPOLE, segment), (composite, composite_segment)):
-        state = episode_state.segment_state(model, rows)
+        [state] = episode_state.segment_states(model, [rows])
         expected = msgpack.packb(state, default=episode_state._encode_array)
-        assert episode_state.encode_segment(model, rows) == expected
+        assert episode_state.encode_segments(model, [rows]) == [expected]
+        # A write encodes all its segments at once, each from its slices of shared arrays:
+        # the same bytes as each segment alone.
+        halves = [rows[:2], rows[2:]]
+        assert episode_state.encode_segments(model, halves) == [episode_state.encode_segments(model, [half])[0]
+                                                                 for half in halves]

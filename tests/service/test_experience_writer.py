@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from gymnasium import spaces as gs
 
 from rlserve.service.experience import files, reader
+from rlserve.service.experience import writer as writer_module
 from rlserve.service.experience.records import (
     TERMINATED,
     ModelLog,
@@ -314,8 +315,6 @@ def test_a_log_has_arrows_code_allocate_with_the_c_library_unless_told_otherwise
 def test_a_large_write_goes_out_in_parts_and_loses_nothing(tmp_path, monkeypatch):
     """A write of more than ``PART_ROWS`` transitions (a roll of long episodes) is several
     files of about that many rows each, paced; every row and segment is in one of them."""
-    from rlserve.service.experience import writer as writer_module
-
     monkeypatch.setattr(writer_module, "PART_ROWS", 4)
     writer = ExperienceWriter(tmp_path, roll_s=0.2, flush_s=3600.0)
     model = _model(tmp_path)
