@@ -119,6 +119,21 @@ def _py_rows(x: np.ndarray) -> tuple[list[list[float]], list[list[float]]] | Non
     return logits, probs
 
 
+def _draw(p: list[float], u: float) -> int:
+    """``sample_index``'s rule on one row of Python-float probabilities with its uniform
+    ``u``: the first index whose float64 CDF exceeds ``u * total``, else the last index
+    with mass."""
+    total = 0.0
+    for v in p:
+        total += v
+    target, cdf = u * total, 0.0
+    for i, v in enumerate(p):
+        cdf += v
+        if cdf > target:
+            return i
+    return max(i for i, v in enumerate(p) if v > 0)
+
+
 class _Cat:
     """One categorical over the last axis of a (B, n) logits block.
 
@@ -194,23 +209,8 @@ class _Cat:
         if self._rows is None:
             return sample_index(self.probs, rng)
         probs = self._rows[1]
-        # sample_index's rule with the same uniforms: the first index whose float64 CDF
-        # exceeds u * total, else the last index with mass.
-        drawn = []
-        for p, u in zip(probs, rng.random(len(probs)).tolist(), strict=True):
-            total = 0.0
-            for v in p:
-                total += v
-            target, cdf, index = u * total, 0.0, -1
-            for i, v in enumerate(p):
-                cdf += v
-                if cdf > target:
-                    index = i
-                    break
-            if index < 0:
-                index = max(i for i, v in enumerate(p) if v > 0)
-            drawn.append(index)
-        return np.array(drawn, dtype=np.int64)
+        return np.array([_draw(p, u) for p, u in zip(probs, rng.random(len(probs)).tolist(), strict=True)],
+                        dtype=np.int64)
 
     def mode(self) -> np.ndarray:
         if self._probs_t is not None:
@@ -263,6 +263,22 @@ class Categorical(ActionDistribution):
 
     def _sample(self, rng: np.random.Generator) -> np.ndarray:
         return self._cat.sample(rng)
+
+    def sample_rows(self, rows: Sequence[int], rngs: Sequence[np.random.Generator]) -> np.ndarray | None:
+        """Row ``rows[i]`` drawn with its own generator ``rngs[i]``, exactly as a one-row
+        Categorical of that row draws it (a seeded session's sample, whatever batch the row
+        shares): the same Python-float arithmetic on the same float32 logits, one uniform a
+        row. None when a row needs the general functions (NaN or huge logits): the caller
+        then builds each row's own distribution."""
+        found = self._cat._rows
+        if found is None:
+            found = _py_rows(self.inputs[list(rows)])
+            if found is None:
+                return None
+            probs = found[1]
+        else:
+            probs = [found[1][row] for row in rows]
+        return np.array([_draw(p, rng.random()) for p, rng in zip(probs, rngs, strict=True)], dtype=np.int64)
 
     def _mode(self) -> np.ndarray:
         return self._cat.mode()

@@ -307,16 +307,27 @@ class BatchStep:
             actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
         # Seeded sessions draw from their own generator, one row at a time, so an episode
         # replays whatever shares its batch.
+        rows: list[int] = []
+        rngs: list[np.random.Generator] = []
         start = 0
         for step in steps:
             for offset, rng in enumerate(step.rngs):
-                row = start + offset
-                if rng is not None and explore[row]:
-                    own = spec.build(dist_inputs[row:row + 1])
-                    if epsilon is not None:
-                        own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
-                    tree_set_row(actions, row, own.sample(rng))
+                if rng is not None and explore[start + offset]:
+                    rows.append(start + offset)
+                    rngs.append(rng)
             start += step.rows
+        # A distribution that draws a row exactly as its one-row self would (Categorical)
+        # does them all at once; any other builds each row's own distribution.
+        sample_rows = getattr(dist, "sample_rows", None) if epsilon is None else None
+        drawn = sample_rows(rows, rngs) if sample_rows is not None and rows else None
+        if drawn is not None:
+            actions[rows] = drawn
+            return actions
+        for row, rng in zip(rows, rngs, strict=True):
+            own = spec.build(dist_inputs[row:row + 1])
+            if epsilon is not None:
+                own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
+            tree_set_row(actions, row, own.sample(rng))
         return actions
 
     @staticmethod

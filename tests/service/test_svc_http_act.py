@@ -189,6 +189,30 @@ async def test_seeded_sessions_replay(make_client):
     assert again == first
 
 
+async def test_a_seeded_episode_replays_inside_full_batches(make_client):
+    """A seeded session's rows drawn in batches of 30 rows (the distribution's numpy path,
+    beside unseeded and other seeded sessions) are the actions it draws alone."""
+    _, client = make_client(("mlp",), max_batch_size=64, max_batch_delay_ms=20)
+    trajectory = np.random.default_rng(2).uniform(-1, 1, (12, 4)).round(3).tolist()
+
+    async def episode(session_id: str, seed: int | None) -> tuple[list[int], list[int]]:
+        actions, rows = [], []
+        for t, obs in enumerate(trajectory):
+            body = {"observation": obs, "session_id": session_id, "episode_start": t == 0, "debug": True}
+            if seed is not None and t == 0:
+                body["seed"] = seed
+            answer = (await client.post("/v1/models/mlp/act", json=body)).json()
+            actions.append(answer["action"])
+            rows.append(answer["debug"]["batch_rows"])
+        return actions, rows
+
+    crowd = await asyncio.gather(*(episode(f"s{i}", 100 + i if i % 2 else None) for i in range(30)))
+    assert max(max(rows) for _, rows in crowd) > 8  # 4 logits a row: past the Python-float block
+    alone = [await episode(f"again{i}", 100 + i) for i in (1, 7, 13)]
+    assert [actions for actions, _ in alone] == [crowd[i][0] for i in (1, 7, 13)]
+    assert all(max(rows) == 1 for _, rows in alone)
+
+
 async def test_concurrent_sessions_are_served_by_one_batch(make_client):
     _, client = make_client(("lstm",), max_batch_size=4, max_batch_delay_ms=5000)
     payloads = [{"observation": OBS, "session_id": f"s{i}", "episode_start": True, "debug": True} for i in range(4)]

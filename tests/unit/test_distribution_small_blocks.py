@@ -196,3 +196,39 @@ def test_diag_gaussian_logp_of_its_sample_outside_the_python_path():
         dist.deterministic_sample()
         with pytest.raises(DistributionError, match="NaN"):
             dist.logp_of_sample()
+
+
+# ------------------------------------------------------- seeded rows of a served batch
+
+@pytest.mark.parametrize("rows,n,temperature", [(1, 2, 1.0), (12, 2, 1.0), (64, 2, 1.0), (40, 7, 0.7),
+                                                 (3, 40, 1.0)])
+def test_sample_rows_draws_each_row_as_its_own_one_row_distribution(rows, n, temperature):
+    """A seeded session's row of a served batch (``BatchStep._act_mixed``) is drawn by
+    ``Categorical.sample_rows`` at once: each row the action, and its generator the state,
+    that a one-row Categorical of that row leaves, whether the batch took the Python path or
+    numpy's, with masked logits and a temperature."""
+    data = np.random.default_rng(rows * n)
+    x = data.normal(0.0, 3.0, size=(rows, n)).astype(np.float32)
+    x[data.random((rows, n)) < 0.2] = _MASKED
+    x[:, 0] = data.normal(size=rows)  # every row keeps a category with mass
+    spec = get_action_dist(gs.Discrete(n), None, dist_type="TorchCategorical",
+                           dist_kwargs={"temperature": temperature})
+    batch = spec.build(x)
+    assert (batch._cat._rows is None) == (x.size > 32)  # both paths are covered
+    chosen = [int(r) for r in data.choice(rows, size=max(1, rows // 2), replace=False)]
+    seeds = [int(s) for s in data.integers(0, 2**31, size=len(chosen))]
+    drawn = batch.sample_rows(chosen, [np.random.default_rng(s) for s in seeds])
+    for row, seed, action in zip(chosen, seeds, drawn, strict=True):
+        own_rng, rows_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+        rows_rng.random()  # what sample_rows drew from it
+        assert spec.build(x[row:row + 1]).sample(own_rng)[0] == action
+        assert own_rng.random() == rows_rng.random()  # the generators are left alike
+
+
+def test_sample_rows_leaves_rows_past_the_short_path_to_the_caller():
+    """A row with NaN or huge logits has no Python-float draw: None, and the batch step builds
+    that row's own distribution (which refuses or handles it)."""
+    spec = get_action_dist(gs.Discrete(3))
+    x = np.array([[0.1, 0.2, 0.3]] * 20 + [[1e31, 0.0, 0.0]], dtype=np.float32)
+    assert spec.build(x).sample_rows([0, 20], [np.random.default_rng(0), np.random.default_rng(1)]) is None
+    assert spec.build(x).sample_rows([0, 1], [np.random.default_rng(0), np.random.default_rng(1)]) is not None
