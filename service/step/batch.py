@@ -275,8 +275,12 @@ class BatchStep:
         spec = self.pipeline.dist_spec
         dist = spec.build(dist_inputs)
         explore = steps[0].explore
-        uniform = all(s.explore is explore and not any(s.rngs) for s in steps)
-        rows_explore = None if uniform else np.repeat([s.explore for s in steps], [s.rows for s in steps])
+        one_mode = all(s.explore is explore for s in steps)
+        rows_explore = None
+        if not one_mode:
+            rows_explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
+        elif any(any(s.rngs) for s in steps):  # one mode, some rows from their session's generator
+            rows_explore = np.full(dist_inputs.shape[0], explore)
         if self.q_policy:
             modes = np.full(dist_inputs.shape[0], explore) if rows_explore is None else rows_explore
             epsilon = self._epsilons(steps, modes)
@@ -289,22 +293,20 @@ class BatchStep:
             actions = dist.sample(self.rng) if explore else dist.deterministic_sample()
             logp = _optional(dist.logp_of_sample)
         else:
-            actions = self._act_mixed(steps, dist, dist_inputs, rows_explore, epsilon)
-            logp = _optional(lambda: dist.logp(actions))
+            actions, own = self._act_mixed(steps, dist, dist_inputs, rows_explore, epsilon)
+            if own:  # every action was drawn from ``dist``'s own rows: valid indices, not checked again
+                dist.last_sample = actions
+                logp = _optional(dist.logp_of_sample)
+            else:
+                logp = _optional(lambda: dist.logp(actions))
         wants_entropy = any("entropy" in s.extras for s in steps)
         entropy = _optional(dist.entropy) if wants_entropy else None
         return actions, logp, entropy
 
     def _act_mixed(self, steps: list[Step], dist: Any, dist_inputs: np.ndarray, explore: np.ndarray,
-                   epsilon: np.ndarray | None) -> Any:
-        """Rows that explore and rows that do not, or rows of seeded sessions."""
-        spec = self.pipeline.dist_spec
-        if explore.all():
-            actions = dist.sample(self.rng)
-        elif not explore.any():
-            actions = dist.deterministic_sample()
-        else:
-            actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
+                   epsilon: np.ndarray | None) -> tuple[Any, bool]:
+        """Rows that explore and rows that do not, or rows of seeded sessions: the actions, and
+        whether ``dist`` drew every one of them from its own rows (seeded ones included)."""
         # Seeded sessions draw from their own generator, one row at a time, so an episode
         # replays whatever shares its batch.
         rows: list[int] = []
@@ -320,15 +322,24 @@ class BatchStep:
         # does them all at once; any other builds each row's own distribution.
         sample_rows = getattr(dist, "sample_rows", None) if epsilon is None else None
         drawn = sample_rows(rows, rngs) if sample_rows is not None and rows else None
+        if drawn is not None and len(rows) == len(explore):  # every row drew from its own generator
+            return drawn, True
+        if explore.all():
+            actions = dist.sample(self.rng)
+        elif not explore.any():
+            actions = dist.deterministic_sample()
+        else:
+            actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
         if drawn is not None:
             actions[rows] = drawn
-            return actions
+            return actions, True
+        spec = self.pipeline.dist_spec
         for row, rng in zip(rows, rngs, strict=True):
             own = spec.build(dist_inputs[row:row + 1])
             if epsilon is not None:
                 own.set_epsilon(epsilon[row:row + 1])  # type: ignore[attr-defined]
             tree_set_row(actions, row, own.sample(rng))
-        return actions
+        return actions, False
 
     @staticmethod
     def _epsilons(steps: list[Step], explore: np.ndarray) -> np.ndarray:
