@@ -245,21 +245,33 @@ class SessionStore:
         environment took instead of the served ones (NaN rows where none). Stateless rows
         (``STATELESS_SLOT``) read the initial values and are never written."""
         live = slots != STATELESS_SLOT
-        reset = reset & live
-        with self.slabs.lock:
-            if rewards is not None:
-                rows = ~np.isnan(rewards) & live & ~reset
-                if rows.any():
-                    self.slabs.report(slots[rows], rewards[rows], None)
-            if reported is not None:
+        every = live.all()  # the usual batch: every row a session's
+        if not every:
+            reset = reset & live
+        slabs = self.slabs
+        with slabs.lock:
+            if rewards is not None and slabs.prev_rewards is not None:  # a model that reads them
+                rows = ~np.isnan(rewards) & ~reset
+                if not every:
+                    rows &= live
+                if rows.all():
+                    slabs.report(slots, rewards, None)
+                elif rows.any():
+                    slabs.report(slots[rows], rewards[rows], None)
+            if reported is not None and slabs.prev_actions is not None:
                 rows = ~np.isnan(reported[:, 0]) & live & ~reset
-                self.slabs.report(slots[rows], None, reported[rows])
-            self.slabs.reset(slots[reset])
-            return self.slabs.gather(slots)
+                slabs.report(slots[rows], None, reported[rows])
+            if reset.any():
+                slabs.reset(slots[reset])
+            return slabs.gather(slots)
 
     def scatter_rows(self, slots: np.ndarray, state_out: list[np.ndarray], actions: np.ndarray | None) -> None:
         """Store a batch's new state (and served flat actions) for its live session rows."""
         live = slots != STATELESS_SLOT
+        if live.all():  # the usual batch: every row a session's, nothing to pick
+            with self.slabs.lock:
+                self.slabs.scatter(slots, state_out, actions)
+            return
         if not live.any():
             return
         with self.slabs.lock:
