@@ -14,7 +14,10 @@ pays a client library's cost. With two or more CPUs the server is pinned to CPU 
 load generator to CPU 1 (as bench_server.py does).
 
     python scripts/bench_stream.py [--duration 3] [--warmup 0.5] [--rounds 3] [--concurrency 1 16 64]
-                                   [--model cartpole-memory]
+                                   [--model cartpole-memory] [--code CHECKOUT]
+
+``--code CHECKOUT`` serves with another checkout's code (bench_server.py's ``--baseline``
+path), so that runs of a change and of its parent can follow each other on one machine.
 
 The server serves the embedded default models (``cartpole-memory`` is an LSTM policy).
 """
@@ -31,6 +34,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,15 +42,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_procs import tree_cpu_seconds  # noqa: E402
-from bench_server import _pinned, free_port, read_answer, stop, wait_ready  # noqa: E402
+from bench_server import _pinned, baseline_root, free_port, read_answer, stop, wait_ready  # noqa: E402
 from bench_ws import ws_frame, ws_read  # noqa: E402
 
 OBSERVATION = {"cartpole-memory": [0.01, -0.02], "cartpole": [0.01, -0.02, 0.03, 0.04]}
 
 
-def start_server() -> tuple[subprocess.Popen, int]:
+def start_server(code_root: Path | None = None) -> tuple[subprocess.Popen, int]:
+    """``code_root``: a path entry whose ``rlserve`` is another checkout (``--code``)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RLSERVE_LOG_LEVEL": "warning"}
+    path = str(ROOT) if code_root is None else f"{code_root}{os.pathsep}{ROOT}"
+    env = {**os.environ, "PYTHONPATH": path, "RLSERVE_LOG_LEVEL": "warning"}
     code = "import sys; from rlserve.service.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--port", str(port)], env=env, preexec_fn=_pinned)
     wait_ready(port, "/readyz", proc)
@@ -156,9 +162,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--model", default="cartpole-memory", choices=sorted(OBSERVATION))
+    parser.add_argument("--code", type=Path, default=None, metavar="CHECKOUT",
+                        help="serve with another checkout's code (its models and service)")
     args = parser.parse_args()
-    print(machine(), flush=True)
-    proc, port = start_server()
+    print(machine() + ("" if args.code is None else f" code={args.code}"), flush=True)
+    with tempfile.TemporaryDirectory(prefix="rlserve-bench-stream-") as tmp:
+        code_root = None if args.code is None else baseline_root(args.code, Path(tmp))
+        run(args, code_root)
+    print(machine())
+
+
+def run(args: argparse.Namespace, code_root: Path | None) -> None:
+    proc, port = start_server(code_root)
     try:
         for c in args.concurrency:
             results: dict[str, list[dict]] = {"http": [], "stream": []}
@@ -174,7 +189,6 @@ def main() -> None:
                   f"CPU/step {s['cpu_us'] / h['cpu_us']:.2f}x  steps/s {s['steps_s'] / h['steps_s']:.2f}x", flush=True)
     finally:
         stop(proc)
-    print(machine())
 
 
 if __name__ == "__main__":
