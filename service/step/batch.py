@@ -279,7 +279,7 @@ class BatchStep:
         rows_explore = None
         if not one_mode:
             rows_explore = np.repeat([s.explore for s in steps], [s.rows for s in steps])
-        elif any(any(s.rngs) for s in steps):  # one mode, some rows from their session's generator
+        elif explore and any(any(s.rngs) for s in steps):  # some rows draw from their session's generator
             rows_explore = np.full(dist_inputs.shape[0], explore)
         if self.q_policy:
             modes = np.full(dist_inputs.shape[0], explore) if rows_explore is None else rows_explore
@@ -288,8 +288,8 @@ class BatchStep:
         else:
             epsilon = None
         if rows_explore is None:
-            # The common batch: one mode for every row, no seeded session. The sample's
-            # logp skips re-validating indices the distribution drew itself.
+            # The common batch: one mode for every row, none drawing from a seeded session's
+            # generator. The sample's logp skips re-validating indices the distribution drew itself.
             actions = dist.sample(self.rng) if explore else dist.deterministic_sample()
             logp = _optional(dist.logp_of_sample)
         else:
