@@ -34,7 +34,7 @@ from rlserve.service.shadow.durable import DurableShadowState
 from rlserve.service.shadow.rows import ShadowRow
 from rlserve.service.step import codec, masks
 from rlserve.service.step.batch import BatchStep
-from rlserve.service.step.trees import tree_map, tree_where
+from rlserve.service.step.trees import explore_where, tree_map
 
 log = logging.getLogger("rlserve.shadow")
 
@@ -190,13 +190,7 @@ class ShadowRunner:
             logp = np.full(len(rows), np.nan)
         except DistributionError:  # an action the candidate's distribution cannot have taken
             logp = np.full(len(rows), -np.inf)
-        if explore.all():
-            own = dist.sample(self.rng)
-        elif not explore.any():
-            own = dist.deterministic_sample()
-        else:
-            own = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
-        return logp, own
+        return logp, explore_where(dist, explore, self.rng)
 
     def _write(self, scored: Scored) -> None:
         scores = [ShadowScore(row.event_id, self.label, float(scored.logp[i]), self._pack(scored.actions[i]),

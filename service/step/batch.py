@@ -29,7 +29,7 @@ from rlserve.service.step import codec, masks, windows
 from rlserve.service.step.kept import KeptAnswer, check_index, pack_answer
 from rlserve.service.step.output import DIST_INPUT_NAMES, BatchOutput, StepOutput
 from rlserve.service.step.prepare import Step
-from rlserve.service.step.trees import tree_set_row, tree_where
+from rlserve.service.step.trees import explore_where, tree_set_row
 
 
 class Recorder(Protocol):
@@ -324,12 +324,7 @@ class BatchStep:
         drawn = sample_rows(rows, rngs) if sample_rows is not None and rows else None
         if drawn is not None and len(rows) == len(explore):  # every row drew from its own generator
             return drawn, True
-        if explore.all():
-            actions = dist.sample(self.rng)
-        elif not explore.any():
-            actions = dist.deterministic_sample()
-        else:
-            actions = tree_where(explore, dist.sample(self.rng), dist.deterministic_sample())
+        actions = explore_where(dist, explore, self.rng)
         if drawn is not None:
             actions[rows] = drawn
             return actions, True

@@ -37,6 +37,16 @@ def tree_where(rows: np.ndarray, yes: Any, no: Any) -> Any:
     return tree_map(pick, yes, no)
 
 
+def explore_where(dist: Any, explore: np.ndarray, rng: np.random.Generator) -> Any:
+    """A distribution's actions for a batch of rows in two modes: its sample (drawn with
+    ``rng``) where ``explore`` (B,) is true, its mode elsewhere; only what is needed is drawn."""
+    if explore.all():
+        return dist.sample(rng)
+    if not explore.any():
+        return dist.deterministic_sample()
+    return tree_where(explore, dist.sample(rng), dist.deterministic_sample())
+
+
 def tree_set_row(tree: Any, row: int, value: Any) -> None:
     """Write a one-row structure ``value`` into row ``row`` of ``tree`` in place."""
 
